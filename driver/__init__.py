@@ -1,0 +1,1 @@
+"""driver: composes the four stages; public API and CLI."""

@@ -1,0 +1,1 @@
+"""dynamo (stage package; see README.md beside this folder)."""

@@ -1,0 +1,1 @@
+"""aotautograd (stage package; see README.md beside this folder)."""

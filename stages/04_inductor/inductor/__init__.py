@@ -1,0 +1,1 @@
+"""inductor (stage package; see README.md beside this folder)."""
