@@ -1,0 +1,79 @@
+"""Artifacts of a compilation, as text and as files.
+
+Input: the ``GraphRecord`` list of a compiled function (captured graph, guards, and the later
+stages' ``artifacts`` dict, which each stage fills in pipeline order).
+Output: readable sections (``stage_sections``) for the CLI and the book, and with
+``MINIPT2_DEBUG_DIR=DIR`` (or ``python -m driver compile --dump DIR``) one folder per compiled
+graph: ``captured_graph.py``, ``guards.txt``, ``prims_graph.txt``, ``loop_ir.txt``,
+``fusion.txt``, ``kernels/<name>``, ``wrapper.py``.
+
+Chapter: book/docs/driver.md.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+# Section titles, in pipeline order, for the artifact keys the stages produce.
+TITLES = {
+    "captured_graph": "dynamo: captured FX graph",
+    "guards": "dynamo: guards",
+    "aten_graph": "aotautograd: aten graph",
+    "prims_graph": "aotautograd + primtorch: prims graph",
+    "loop_ir": "inductor: loop-level IR",
+    "fusion": "inductor: fusion groups",
+    "wrapper": "inductor: wrapper",
+}
+
+
+def captured_graph_text(gm) -> str:
+    return gm.print_readable(print_output=False).strip() + "\n"
+
+
+def stage_sections(record) -> list[tuple[str, str, str]]:
+    """(key, title, text) for every artifact of one graph, in pipeline order."""
+    sections = [
+        ("captured_graph", TITLES["captured_graph"], captured_graph_text(record.gm)),
+        ("guards", TITLES["guards"], "\n".join(str(g) for g in record.guards) + "\n"),
+    ]
+    kernels = []
+    for key, text in record.artifacts.items():
+        if key.startswith("kernels/"):
+            kernels.append((key, f"inductor: kernel {key[len('kernels/'):]}", text))
+        else:
+            sections.append((key, TITLES.get(key, key), text))
+    # Kernels before the wrapper that launches them.
+    wrapper = [s for s in sections if s[0] == "wrapper"]
+    sections = [s for s in sections if s[0] != "wrapper"] + kernels + wrapper
+    return sections
+
+
+def file_name(key: str) -> str:
+    if key in ("captured_graph", "wrapper"):
+        return key + ".py"
+    return key if "." in Path(key).name else key + ".txt"
+
+
+def write_record(record, directory: str | os.PathLike) -> Path:
+    """Write one graph's artifacts under ``directory/graph_<index>/``; returns that folder."""
+    folder = Path(directory) / f"graph_{record.index}"
+    for key, _title, text in stage_sections(record):
+        path = folder / file_name(key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return folder
+
+
+def after_call(compiled) -> None:
+    """With ``MINIPT2_DEBUG_DIR`` set, write every graph not written yet."""
+    directory = os.environ.get("MINIPT2_DEBUG_DIR")
+    if not directory:
+        return
+    written = getattr(compiled, "_written", set())
+    name = getattr(compiled._orig_fn, "__name__", "fn")
+    for record in compiled.graphs:
+        if record.index not in written:
+            write_record(record, Path(directory) / name)
+            written.add(record.index)
+    object.__setattr__(compiled, "_written", written)

@@ -1,0 +1,141 @@
+"""The virtualized ``ops`` handler: one ``inner_fn``, many meanings.
+
+Input: loop bodies (``inner_fn(index)``) written against ``ops.load``, ``ops.sin``, ...
+Output: whatever the handler installed with ``V.set_ops_handler(...)`` makes of those calls:
+a printout (``PrintHandler``), the set of buffers read and written (``ReadWritesHandler``), or
+Triton / C++ source (the kernels in ``codegen/``).
+
+Chapter: book/docs/inductor.md ("The ops handler").
+
+[Note: ops handler]
+An IR node never says *what* its loop body computes in a data structure; it holds a Python
+function that, when called with symbolic indices, calls ``ops.<name>(...)``. Which object
+answers those calls is decided by whoever runs the function, through ``V.set_ops_handler``.
+This is define-by-run: the IR needs no expression tree, and a new backend is a new handler.
+The handler API (``load``, ``store``, ``constant``, ``to_dtype``, ``index_expr``, ``where``
+and one method per elementwise prim) is the whole contract between the IR and codegen.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+from collections.abc import Iterator
+from typing import Any
+
+import sympy
+import torch
+
+
+# --8<-- [start:ops-handler]
+class _Virtualized:
+    """A process-wide slot whose current value is swapped with a context manager."""
+
+    def __init__(self, default: Any) -> None:
+        self._value = default
+
+    def get(self) -> Any:
+        return self._value
+
+    @contextlib.contextmanager
+    def set(self, value: Any) -> Iterator[Any]:
+        previous, self._value = self._value, value
+        try:
+            yield value
+        finally:
+            self._value = previous
+
+
+class _OpsProxy:
+    """``ops.sin(x)`` forwards to ``current_handler.sin(x)``: the call site never changes."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(_ops_handler.get(), name)
+
+
+class _V:
+    """The virtualized globals; today only the ops handler."""
+
+    @staticmethod
+    def set_ops_handler(handler: Any) -> contextlib.AbstractContextManager:
+        return _ops_handler.set(handler)
+
+    @staticmethod
+    def get_ops_handler() -> Any:
+        return _ops_handler.get()
+
+
+class _NoHandler:
+    def __getattr__(self, name: str) -> Any:
+        raise RuntimeError(f"ops.{name} called with no ops handler set; see [Note: ops handler]")
+
+
+_ops_handler = _Virtualized(_NoHandler())
+ops = _OpsProxy()
+V = _V()
+# --8<-- [end:ops-handler]
+
+
+class PrintHandler:
+    """Records each ``ops`` call as a line ``tmpN = ops.name(args)``; used for ``loop_ir``.
+
+    Every op returns the name of its temporary, so nested calls print as a flat SSA listing.
+    """
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self._counter = itertools.count()
+
+    def _emit(self, text: str) -> str:
+        name = f"tmp{next(self._counter)}"
+        self.lines.append(f"{name} = {text}")
+        return name
+
+    def load(self, name: str, index: sympy.Expr) -> str:
+        return self._emit(f"ops.load({name}, {index})")
+
+    def store(self, name: str, index: sympy.Expr, value: str) -> None:
+        self.lines.append(f"ops.store({name}, {index}, {value})")
+
+    def constant(self, value: Any, dtype: torch.dtype) -> str:
+        return self._emit(f"ops.constant({value!r}, {dtype})")
+
+    def index_expr(self, expr: sympy.Expr, dtype: torch.dtype) -> str:
+        return self._emit(f"ops.index_expr({expr}, {dtype})")
+
+    def to_dtype(self, x: str, dtype: torch.dtype) -> str:
+        return self._emit(f"ops.to_dtype({x}, {dtype})")
+
+    def __getattr__(self, name: str) -> Any:
+        return lambda *args: self._emit(f"ops.{name}({', '.join(map(str, args))})")
+
+
+class ReadWritesHandler:
+    """Collects ``(buffer, index)`` pairs read and written, and every index expression used.
+
+    The scheduler uses the reads and writes for dependencies and fusion legality; codegen uses
+    ``indices`` to decide which loop dimensions can be collapsed into one.
+    """
+
+    def __init__(self) -> None:
+        self.reads: list[tuple[str, sympy.Expr]] = []
+        self.writes: list[tuple[str, sympy.Expr]] = []
+        self.indices: list[sympy.Expr] = []
+        self.op_count = 0
+
+    def load(self, name: str, index: sympy.Expr) -> None:
+        self.reads.append((name, index))
+        self.indices.append(index)
+
+    def store(self, name: str, index: sympy.Expr, value: Any) -> None:
+        self.writes.append((name, index))
+        self.indices.append(index)
+
+    def index_expr(self, expr: sympy.Expr, dtype: torch.dtype) -> None:
+        self.indices.append(expr)
+
+    def __getattr__(self, name: str) -> Any:
+        def count(*args: Any) -> None:
+            self.op_count += 1
+
+        return count
