@@ -292,7 +292,9 @@ def _define_reduction(name: str, fn: Callable, doc: str) -> None:
     def eager(a, dims):
         if not dims:
             return a.clone()
-        return fn(a, list(dims))
+        # torch.sum/prod widen integers to int64; a prim keeps its input dtype (the
+        # decomposition converts first when it wants the wider accumulator).
+        return fn(a, list(dims)).to(a.dtype)
 
     def meta(a, dims):
         return _empty_meta(reduction_shape(a.shape, dims), a.dtype)

@@ -1,0 +1,233 @@
+"""Loop-level IR: buffers with layouts, and define-by-run loop bodies.
+
+Input: built by ``lowering.py`` (pure functions from IR values to IR values) and by
+``graph.py`` (which decides what is realized into a buffer).
+Output: a list of buffers for ``scheduler.py``: ``InputBuffer`` (graph inputs, with their real
+strides), ``ComputedBuffer`` (a ``Pointwise`` body stored into memory) and ``ExternBuffer``
+(written by a ``FallbackKernel``: a library call on real tensors).
+
+Chapter: book/docs/inductor.md ("Loop-level IR").
+
+Sizes, strides and indices are sympy expressions from day one: today they are integers, but
+nothing here assumes so, and dynamic shapes will need no redesign.
+
+[Note: realize]
+A ``Pointwise`` value is a *recipe*, not memory: reading it at index i re-runs its body at i.
+Chains of pointwise ops therefore compose into one body for free (that is vertical fusion at
+the IR level). Memory is only allocated when a value is *realized* into a ``ComputedBuffer``:
+graph outputs, inputs to library calls, and values with several users whose bodies are not
+trivially cheap (recomputing them per user would repeat work). ``graph.py`` makes these
+decisions; the scheduler may still fuse a realized buffer's loop with its consumers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import sympy
+import torch
+
+from inductor.virtualized import PrintHandler, V, ops
+
+Expr = sympy.Expr
+Loader = Callable[[Sequence[Expr]], Any]
+
+
+class FloorDiv(sympy.Function):
+    """``a // b`` for non-negative integers; sympy's ``floor(a / b)`` prints badly in C."""
+
+    is_integer = True
+    is_nonnegative = True
+
+    @classmethod
+    def eval(cls, base: Expr, divisor: Expr) -> Expr | None:
+        if divisor == 1:
+            return base
+        if base == 0:
+            return sympy.Integer(0)
+        if base.is_Integer and divisor.is_Integer:
+            return sympy.Integer(int(base) // int(divisor))
+        return None
+
+
+def sympify_all(values: Sequence[Any]) -> list[Expr]:
+    return [sympy.Integer(v) if isinstance(v, int) else sympy.sympify(v) for v in values]
+
+
+def contiguous_strides(size: Sequence[Expr]) -> list[Expr]:
+    strides, running = [], sympy.Integer(1)
+    for s in reversed(size):
+        strides.append(running)
+        running = running * s
+    return list(reversed(strides))
+
+
+def index_vars(size: Sequence[Expr], prefix: str = "i") -> list[Expr]:
+    """One non-negative integer symbol per dim; a size-1 dim's index is the constant 0."""
+    return [
+        sympy.Integer(0) if s == 1 else sympy.Symbol(f"{prefix}{d}", integer=True,
+                                                     nonnegative=True)
+        for d, s in enumerate(size)
+    ]
+
+
+def flat_index(index: Sequence[Expr], size: Sequence[Expr]) -> Expr:
+    """Row-major position of ``index`` in a tensor of ``size``."""
+    return sympy.expand(sum((i * s for i, s in zip(index, contiguous_strides(size))),
+                            sympy.Integer(0)))
+
+
+@dataclasses.dataclass
+class Layout:
+    """Where a buffer's elements live: element (i0, i1, ...) is at offset sum(i_k * stride_k)."""
+
+    device: torch.device
+    dtype: torch.dtype
+    size: list[Expr]
+    stride: list[Expr]
+
+    def index(self, index: Sequence[Expr]) -> Expr:
+        return sympy.expand(sum((i * s for i, s in zip(index, self.stride)), sympy.Integer(0)))
+
+    def is_contiguous(self) -> bool:
+        return all(sz == 1 or st == c for sz, st, c in
+                   zip(self.size, self.stride, contiguous_strides(self.size)))
+
+
+class FixedLayout(Layout):
+    """Strides decided outside inductor (inputs, library-call outputs): never changed."""
+
+
+class FlexibleLayout(Layout):
+    """Strides inductor may choose; the first cut always chooses row-major."""
+
+    def __init__(self, device: torch.device, dtype: torch.dtype, size: Sequence[Expr]) -> None:
+        super().__init__(device, dtype, list(size), contiguous_strides(size))
+
+
+class IRNode:
+    """Anything a lowering can consume: it has a size, a dtype and a loader."""
+
+    def get_size(self) -> list[Expr]:
+        raise NotImplementedError
+
+    def get_dtype(self) -> torch.dtype:
+        raise NotImplementedError
+
+    def get_device(self) -> torch.device:
+        raise NotImplementedError
+
+    def make_loader(self) -> Loader:
+        raise NotImplementedError
+
+
+# --8<-- [start:pointwise-ir]
+@dataclasses.dataclass
+class Pointwise(IRNode):
+    """An elementwise loop body over ``ranges``, not yet in memory (see [Note: realize]).
+
+    ``inner_fn(index)`` takes one sympy index per dim of ``ranges`` and returns the value of
+    that element by calling ``ops.*``; what those calls produce depends on the ops handler.
+    """
+
+    device: torch.device
+    dtype: torch.dtype
+    inner_fn: Loader
+    ranges: list[Expr]
+
+    def get_size(self) -> list[Expr]:
+        return self.ranges
+
+    def get_dtype(self) -> torch.dtype:
+        return self.dtype
+
+    def get_device(self) -> torch.device:
+        return self.device
+
+    def make_loader(self) -> Loader:
+        return self.inner_fn
+
+    def store_output(self, name: str, layout: Layout, index: Sequence[Expr]) -> None:
+        """The loop body of a realized buffer: compute element ``index``, store it."""
+        ops.store(name, layout.index(index), self.inner_fn(index))
+# --8<-- [end:pointwise-ir]
+
+
+@dataclasses.dataclass
+class Buffer(IRNode):
+    """Named memory with a layout; loading element i reads ``name[layout.index(i)]``."""
+
+    name: str
+    layout: Layout
+
+    def get_size(self) -> list[Expr]:
+        return self.layout.size
+
+    def get_dtype(self) -> torch.dtype:
+        return self.layout.dtype
+
+    def get_device(self) -> torch.device:
+        return self.layout.device
+
+    def make_loader(self) -> Loader:
+        name, layout = self.name, self.layout
+        return lambda index: ops.load(name, layout.index(index))
+
+    def numel(self) -> Expr:
+        return sympy.Mul(*self.layout.size)
+
+
+class InputBuffer(Buffer):
+    """A graph input, described by the real strides of its example tensor."""
+
+
+@dataclasses.dataclass
+class ComputedBuffer(Buffer):
+    """A ``Pointwise`` body realized into memory; the scheduler turns it into a kernel."""
+
+    data: Pointwise = None  # type: ignore[assignment]
+
+    def describe(self) -> str:
+        """The loop body printed through ``PrintHandler`` (the ``loop_ir`` artifact)."""
+        handler, idx = PrintHandler(), index_vars(self.layout.size)
+        with V.set_ops_handler(handler):
+            self.data.store_output(self.name, self.layout, idx)
+        sizes = ", ".join(map(str, self.layout.size))
+        body = "\n".join("    " + line for line in handler.lines)
+        return (f"{self.name}: ComputedBuffer(Pointwise, {self.layout.dtype}, [{sizes}], "
+                f"index=[{', '.join(map(str, idx))}])\n{body}")
+
+
+class ExternBuffer(Buffer):
+    """Memory written by a library call (``FallbackKernel``); its strides are fixed."""
+
+
+@dataclasses.dataclass
+class FallbackKernel:
+    """A call of ``op`` on real tensors, for ops with no lowering (or extern ops like mm).
+
+    ``args``/``kwargs`` hold ``Buffer`` objects where the op takes tensors and plain Python
+    values elsewhere; ``outputs`` are the buffers it returns (several for tuple results).
+    """
+
+    name: str
+    op: Any
+    args: list[Any]
+    kwargs: dict[str, Any]
+    outputs: list[ExternBuffer]
+    multi_output: bool = False
+
+    def input_names(self) -> list[str]:
+        flat = list(self.args) + list(self.kwargs.values())
+        names = []
+        for a in flat:
+            for item in (a if isinstance(a, (list, tuple)) else [a]):
+                if isinstance(item, Buffer):
+                    names.append(item.name)
+        return names
+
+    def describe(self) -> str:
+        outs = ", ".join(o.name for o in self.outputs)
+        return f"{outs} = FallbackKernel({self.op}, reads=[{', '.join(self.input_names())}])"

@@ -1,0 +1,176 @@
+"""Lowerings: one registration per prim, from IR values to IR values.
+
+Input: the arguments of one prims-graph node, with tensors replaced by IR values
+(``ir.IRNode``: an unrealized ``Pointwise`` or a ``Buffer``) and everything else as is.
+Output: a new IR value, or ``None`` meaning "no lowering for these arguments": ``graph.py``
+then runs the op as a library call (``FallbackKernel``), so every graph still works.
+
+Chapter: book/docs/inductor.md ("Lowering prims to loops").
+
+Lowerings are pure: they build loop bodies (``inner_fn``) by composing the loaders of their
+inputs, and never allocate memory; realizing values into buffers is ``graph.py``'s job.
+Views (``broadcast_in_dim``, ``permute``, ``reshape``) are index remapping: the output's
+loader calls the input's loader at a rewritten index, so no copy is ever made for them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import sympy
+import torch
+from primtorch import prims
+
+from inductor.ir import (
+    Buffer,
+    Expr,
+    FloorDiv,
+    IRNode,
+    Pointwise,
+    contiguous_strides,
+    flat_index,
+    sympify_all,
+)
+from inductor.virtualized import ops
+
+lowerings: dict[Any, Callable[..., IRNode | None]] = {}
+
+
+def register_lowering(op: Any) -> Callable[[Callable], Callable]:
+    """Decorator: ``fn`` lowers ``op`` (an OpOverload); one registry, a plain dict."""
+
+    def decorator(fn: Callable) -> Callable:
+        lowerings[op] = fn
+        return fn
+
+    return decorator
+
+
+FLOATING_ONLY = {"div", "pow", "sin", "cos", "tan", "tanh", "exp", "expm1", "log", "log1p",
+                 "sqrt", "rsqrt", "erf", "reciprocal", "floor", "ceil", "trunc"}
+INTEGER_ONLY = {"bitwise_and", "bitwise_or", "bitwise_xor"}
+NO_BOOL = {"abs", "neg", "sign", "sub", "maximum", "minimum", "fmod"}
+
+
+def supports_dtype(name: str, dtype: torch.dtype) -> bool:
+    """Whether the kernels' translation of op ``name`` is right for ``dtype`` inputs.
+
+    Everything else goes to a library call; e.g. ``pow`` on integers, whose exact overflow
+    behaviour is not worth reproducing in a first cut.
+    """
+    if name in FLOATING_ONLY:
+        return dtype.is_floating_point
+    if name in INTEGER_ONLY:
+        return not dtype.is_floating_point
+    if name in NO_BOOL:
+        return dtype != torch.bool
+    return True
+
+
+def result_dtype(name: str, dtype: torch.dtype) -> torch.dtype:
+    return torch.bool if name in prims.BOOL_RESULT else dtype
+
+
+# --8<-- [start:lowering-add]
+def make_pointwise(name: str) -> Callable[..., IRNode | None]:
+    """The lowering of elementwise prim ``name``: a Pointwise applying ``ops.<name>``.
+
+    Prims are strict (equal shapes and dtypes), so the output ranges are the first input's.
+    """
+
+    def lower(*inputs: IRNode) -> IRNode | None:
+        dtype = inputs[0].get_dtype()
+        if not supports_dtype(name, dtype):
+            return None
+        loaders = [x.make_loader() for x in inputs]
+
+        def inner_fn(index: Sequence[Expr]) -> Any:
+            return getattr(ops, name)(*[load(index) for load in loaders])
+
+        return Pointwise(inputs[0].get_device(), result_dtype(name, dtype), inner_fn,
+                         list(inputs[0].get_size()))
+
+    return lower
+
+
+for _name in [*prims.UNARY, *prims.BINARY]:
+    register_lowering(prims.PRIMS[_name].op)(make_pointwise(_name))
+# --8<-- [end:lowering-add]
+
+
+@register_lowering(prims.where)
+def where(pred: IRNode, a: IRNode, b: IRNode) -> IRNode:
+    loaders = [pred.make_loader(), a.make_loader(), b.make_loader()]
+    return Pointwise(a.get_device(), a.get_dtype(),
+                     lambda index: ops.where(*[load(index) for load in loaders]),
+                     list(a.get_size()))
+
+
+@register_lowering(prims.convert_element_type)
+def convert_element_type(a: IRNode, dtype: torch.dtype) -> IRNode:
+    load = a.make_loader()
+    return Pointwise(a.get_device(), dtype, lambda index: ops.to_dtype(load(index), dtype),
+                     list(a.get_size()))
+
+
+@register_lowering(prims.full)
+def full(shape: Sequence[int], fill_value: Any, *, dtype: torch.dtype,
+         device: torch.device) -> IRNode:
+    value = fill_value
+    if dtype == torch.bool:
+        value = bool(fill_value)
+    elif not dtype.is_floating_point:
+        value = int(fill_value)
+    else:
+        value = float(fill_value)
+    return Pointwise(torch.device(device), dtype, lambda index: ops.constant(value, dtype),
+                     sympify_all(shape))
+
+
+@register_lowering(prims.broadcast_in_dim)
+def broadcast_in_dim(a: IRNode, shape: Sequence[int], broadcast_dimensions: Sequence[int]):
+    """Input dim i is output dim ``broadcast_dimensions[i]``; its index is 0 where size is 1."""
+    load, in_size = a.make_loader(), a.get_size()
+
+    def inner_fn(index: Sequence[Expr]) -> Any:
+        return load([sympy.Integer(0) if size == 1 else index[d]
+                     for size, d in zip(in_size, broadcast_dimensions)])
+
+    return Pointwise(a.get_device(), a.get_dtype(), inner_fn, sympify_all(shape))
+
+
+@register_lowering(prims.permute)
+def permute(a: IRNode, dims: Sequence[int]) -> IRNode:
+    """Output dim i is input dim ``dims[i]``, so input index ``dims[i]`` is output index i."""
+    load, in_size = a.make_loader(), a.get_size()
+
+    def inner_fn(index: Sequence[Expr]) -> Any:
+        in_index = [sympy.Integer(0)] * len(dims)
+        for i, d in enumerate(dims):
+            in_index[d] = index[i]
+        return load(in_index)
+
+    return Pointwise(a.get_device(), a.get_dtype(), inner_fn, [in_size[d] for d in dims])
+
+
+@register_lowering(prims.reshape)
+def reshape(a: IRNode, shape: Sequence[int]) -> IRNode:
+    """Row-major reinterpretation. A contiguous buffer is read at the flat index directly;
+    anything else is unflattened with ``//`` and ``%`` back to the input's own index."""
+    out_size, in_size = sympify_all(shape), a.get_size()
+    if isinstance(a, Buffer) and a.layout.is_contiguous():
+        name = a.name
+        return Pointwise(a.get_device(), a.get_dtype(),
+                         lambda index: ops.load(name, flat_index(index, out_size)), out_size)
+    load = a.make_loader()
+
+    def inner_fn(index: Sequence[Expr]) -> Any:
+        flat = flat_index(index, out_size)
+        in_index = []
+        for d, (size, stride) in enumerate(zip(in_size, contiguous_strides(in_size))):
+            i = FloorDiv(flat, stride)
+            in_index.append(sympy.Integer(0) if size == 1 else (i if d == 0 else i % size))
+        return load(in_index)
+
+    return Pointwise(a.get_device(), a.get_dtype(), inner_fn, out_size)
