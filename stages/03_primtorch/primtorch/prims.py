@@ -30,6 +30,8 @@ from dataclasses import dataclass
 import torch
 
 NAMESPACE = "minipt2"
+# Shape prims return fresh row-major tensors, matching their meta functions' strides.
+_CONTIGUOUS = torch.contiguous_format
 _lib = torch.library.Library(NAMESPACE, "DEF")
 
 
@@ -219,7 +221,7 @@ def _broadcast_eager(a, shape, broadcast_dimensions):
     view_shape = [1] * len(shape)
     for size, d in zip(a.shape, broadcast_dimensions):
         view_shape[d] = size
-    return a.reshape(view_shape).expand(list(shape)).clone()
+    return a.reshape(view_shape).expand(list(shape)).clone(memory_format=_CONTIGUOUS)
 
 
 def _broadcast_meta(a, shape, broadcast_dimensions):
@@ -255,7 +257,7 @@ def _reshape_meta(a, shape):
 
 _register(
     "reshape", "(Tensor a, SymInt[] shape) -> Tensor", "shape",
-    lambda a, shape: a.reshape(list(shape)).clone(), _reshape_meta,
+    lambda a, shape: a.reshape(list(shape)).clone(memory_format=_CONTIGUOUS), _reshape_meta,
     "the elements of a, in row-major order, in a tensor of `shape` (same numel)",
 )
 
@@ -266,7 +268,7 @@ def _permute_meta(a, dims):
 
 _register(
     "permute", "(Tensor a, int[] dims) -> Tensor", "shape",
-    lambda a, dims: a.permute(list(dims)).clone(), _permute_meta,
+    lambda a, dims: a.permute(list(dims)).clone(memory_format=_CONTIGUOUS), _permute_meta,
     "a with its dims reordered: output dim i is input dim dims[i]",
 )
 # --8<-- [end:shape-prims]

@@ -57,6 +57,11 @@ class GraphLowering(torch.fx.Interpreter):
         self.buffer_count = 0
         self.fallback_count = 0
         self.current_node: torch.fx.Node | None = None
+        self.buffer_by_name: dict[str, Buffer] = {}
+
+    def register(self, buffer: Buffer) -> Buffer:
+        self.buffer_by_name[buffer.name] = buffer
+        return buffer
 
     def new_name(self) -> str:
         self.buffer_count += 1
@@ -67,7 +72,7 @@ class GraphLowering(torch.fx.Interpreter):
         if not isinstance(value, Pointwise):
             return value
         layout = FlexibleLayout(value.device, value.dtype, value.ranges)
-        buffer = ComputedBuffer(self.new_name(), layout, value)
+        buffer = self.register(ComputedBuffer(self.new_name(), layout, value))
         self.operations.append(buffer)
         return buffer
 
@@ -86,7 +91,7 @@ class GraphLowering(torch.fx.Interpreter):
             raise CompileError(f"graph input {target!r} is not a tensor ({type(example)})")
         layout = FixedLayout(example.device, example.dtype, sympify_all(example.shape),
                              sympify_all(example.stride()))
-        buffer = InputBuffer(f"arg{len(self.graph_inputs)}", layout)
+        buffer = self.register(InputBuffer(f"arg{len(self.graph_inputs)}", layout))
         self.graph_inputs.append(buffer)
         return buffer
 
@@ -115,6 +120,8 @@ class GraphLowering(torch.fx.Interpreter):
                                                       sympify_all(v.stride())))
             for v in (val if many else [val])
         ]
+        for out in outputs:
+            self.register(out)
         name = f"fallback_{self.fallback_count}"
         self.fallback_count += 1
         self.operations.append(FallbackKernel(name, target, list(args), dict(kwargs), outputs,

@@ -50,7 +50,8 @@ def register_lowering(op: Any) -> Callable[[Callable], Callable]:
 FLOATING_ONLY = {"div", "pow", "sin", "cos", "tan", "tanh", "exp", "expm1", "log", "log1p",
                  "sqrt", "rsqrt", "erf", "reciprocal", "floor", "ceil", "trunc"}
 INTEGER_ONLY = {"bitwise_and", "bitwise_or", "bitwise_xor"}
-NO_BOOL = {"abs", "neg", "sign", "sub", "maximum", "minimum", "fmod"}
+# On bools, torch's add is "or"; Triton's 1-bit add would be "xor". Not worth a special case.
+NO_BOOL = {"abs", "neg", "sign", "add", "sub", "maximum", "minimum", "fmod"}
 
 
 def supports_dtype(name: str, dtype: torch.dtype) -> bool:

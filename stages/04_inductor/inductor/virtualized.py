@@ -121,6 +121,7 @@ class ReadWritesHandler:
         self.reads: list[tuple[str, sympy.Expr]] = []
         self.writes: list[tuple[str, sympy.Expr]] = []
         self.indices: list[sympy.Expr] = []
+        self.op_names: list[str] = []
         self.op_count = 0
 
     def load(self, name: str, index: sympy.Expr) -> None:
@@ -137,5 +138,6 @@ class ReadWritesHandler:
     def __getattr__(self, name: str) -> Any:
         def count(*args: Any) -> None:
             self.op_count += 1
+            self.op_names.append(name)
 
         return count

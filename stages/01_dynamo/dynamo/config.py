@@ -1,0 +1,19 @@
+"""Knobs of the dynamo stage. Plain module attributes; tests may assign to them.
+
+Chapter: book/docs/dynamo.md ("Recompilation").
+"""
+
+from __future__ import annotations
+
+import os
+
+# How many compiled entries one code object may collect before further cache
+# misses run eagerly. Each entry is one specialisation (dtype, shape, constant
+# values...); a function that sees ever-new shapes would otherwise recompile
+# forever. [Note: recompile limit] in eval_frame.py.
+recompile_limit: int = 8
+
+
+def strict() -> bool:
+    """True when MINIPT2_STRICT=1: every fallback becomes an exception (read per call)."""
+    return os.environ.get("MINIPT2_STRICT", "") == "1"

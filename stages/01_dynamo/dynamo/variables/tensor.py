@@ -1,0 +1,111 @@
+"""TensorVariable: a tensor inside the graph being built.
+
+Input: an fx Proxy (the node that computes the tensor at run time), its
+example value (a meta tensor with the right sizes, strides, dtype and
+requires_grad) and its device. Output: graph nodes for method calls and
+view-like attributes (``x.sum(dim=1)``, ``x.T``), trace-time constants for
+metadata (``x.shape``, ``x.dtype``), and ``unimplemented`` for anything that
+needs the tensor's data (``x.item()``).
+Chapter: book/docs/dynamo.md ("Tensors and example values").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import operator
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.fx
+
+from ..exc import UserErrorInTrace, unimplemented
+from .base import VariableTracker
+from .constant import ConstantVariable
+from .misc import MethodVariable
+
+if TYPE_CHECKING:
+    from ..symbolic_convert import InstructionTranslator
+
+# Metadata the meta example knows exactly: folded into constants.
+_CONSTANT_ATTRS = frozenset({
+    "shape", "dtype", "ndim", "requires_grad", "is_leaf", "layout", "is_sparse",
+    "is_quantized", "itemsize", "nbytes",
+})
+# Attributes that are new tensors (views): recorded as getattr nodes.
+_TENSOR_ATTRS = frozenset({"T", "mT", "H", "mH", "real", "imag"})
+# The example lives on "meta", so device questions are answered from ``device``.
+_DEVICE_ATTRS = {
+    "device": lambda d: d,
+    "is_cuda": lambda d: d.type == "cuda",
+    "is_cpu": lambda d: d.type == "cpu",
+    "is_meta": lambda d: d.type == "meta",
+    "is_mps": lambda d: d.type == "mps",
+}
+# Methods whose answer depends on the tensor's values or on autograd state
+# outside the graph. [Note: data-dependent] They need a graph break, which
+# comes with control flow in a later issue.
+_DATA_DEPENDENT_METHODS = frozenset({
+    "item", "tolist", "numpy", "data_ptr", "untyped_storage", "storage", "backward",
+    "register_hook", "__bool__", "__int__", "__float__", "__index__",
+})
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class TensorVariable(VariableTracker):
+    proxy: torch.fx.Proxy
+    example: torch.Tensor  # on the meta device; see [Note: example values]
+    device: torch.device  # the device the real tensor lives on
+
+    def python_type(self) -> type:
+        return torch.Tensor
+
+    def as_proxy(self) -> Any:
+        return self.proxy
+
+    def as_example(self) -> Any:
+        return self.example
+
+    def var_getattr(self, tx: InstructionTranslator, name: str) -> VariableTracker:
+        if name in _CONSTANT_ATTRS:
+            return ConstantVariable(getattr(self.example, name))
+        if name in _DEVICE_ATTRS:
+            return ConstantVariable(_DEVICE_ATTRS[name](self.device))
+        if name in _TENSOR_ATTRS:
+            name_arg = ConstantVariable(name)
+            return tx.output.create_op("call_function", getattr, [self, name_arg], {})
+        if callable(getattr(torch.Tensor, name, None)):
+            return MethodVariable(self, name)
+        if not hasattr(torch.Tensor, name):
+            try:  # the user's AttributeError, raised by eager too
+                getattr(self.example, name)
+            except AttributeError as e:
+                raise UserErrorInTrace(e) from e
+        unimplemented(f"reading tensor attribute .{name} is not supported yet")
+
+    def call_method(
+        self, tx: InstructionTranslator, name: str, args: list[VariableTracker],
+        kwargs: dict[str, VariableTracker],
+    ) -> VariableTracker:
+        if name in _DATA_DEPENDENT_METHODS:
+            unimplemented(
+                f"Tensor.{name}() needs the tensor's data, which a graph does not have "
+                "at trace time [Note: data-dependent]"
+            )
+        if name == "get_device" and not args and not kwargs:
+            return ConstantVariable(-1 if self.device.type == "cpu" else self.device.index)
+        return tx.output.create_op("call_method", name, [self, *args], kwargs)
+
+    def unpack(self, tx: InstructionTranslator) -> list[VariableTracker]:
+        if self.example.ndim == 0:
+            raise UserErrorInTrace(TypeError("iteration over a 0-d tensor"))
+        getitem = [ConstantVariable(i) for i in range(self.example.shape[0])]
+        return [tx.output.create_op("call_function", operator.getitem, [self, i], {})
+                for i in getitem]
+
+    def reconstruct(self, outputs: Iterator[Any], frame: dict[str, Any]) -> Any:
+        return next(outputs)
+
+    def __repr__(self) -> str:
+        shape = tuple(self.example.shape)
+        return f"TensorVariable({self.proxy.node.name}, {self.example.dtype}, {shape})"

@@ -1,0 +1,202 @@
+"""Giving up well: eager fallback with one warning, fullgraph/strict errors, user errors."""
+
+from __future__ import annotations
+
+import warnings
+
+import dynamo
+import pytest
+import torch
+from dynamo.symbolic_convert import InstructionTranslator
+
+
+def with_loop(x):
+    for k in (1, 2, 3):
+        x = x + k
+    return x
+
+
+def with_print(x):
+    y = x * 2
+    print("y is", y.shape)
+    return y + 1
+
+
+def with_item(x):
+    return x * x.sum().item()
+
+
+def shape_mismatch(x, y):
+    return torch.add(x, y)
+
+
+def missing_attribute(x):
+    return x.no_such_attribute
+
+
+def missing_global(x):
+    return x + not_defined_anywhere  # noqa: F821
+
+
+def fallback_warnings(record):
+    return [str(w.message) for w in record if issubclass(w.category, dynamo.FallbackWarning)]
+
+
+@pytest.mark.parametrize("fn, reason", [
+    (with_loop, "opcode GET_ITER is not supported yet"),
+    (with_print, "print()"),
+    (with_item, "Tensor.item()"),
+])
+def test_unsupported_falls_back_with_one_warning(fn, reason, backend, capsys):
+    opt = dynamo.optimize(backend)(fn)
+    x = torch.randn(3)
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        for _ in range(3):
+            torch.testing.assert_close(opt(x), fn(x))
+    (message,) = fallback_warnings(record)
+    assert 'stage "dynamo"' in message and reason in message
+    assert "test_fallback.py:" in message
+    assert backend.calls == 0
+    assert dynamo.cache_entries(opt) == []
+
+
+def test_warning_names_the_source_line(backend):
+    with pytest.warns(dynamo.FallbackWarning) as record:
+        dynamo.optimize(backend)(with_loop)(torch.randn(2))
+    line = with_loop.__code__.co_firstlineno + 1
+    assert f"test_fallback.py:{line}: for k in (1, 2, 3):" in str(record[0].message)
+
+
+@pytest.mark.parametrize("how", ["fullgraph", "env"])
+def test_fullgraph_and_strict_raise(how, backend, monkeypatch):
+    if how == "env":
+        monkeypatch.setenv("MINIPT2_STRICT", "1")
+    opt = dynamo.optimize(backend, fullgraph=(how == "fullgraph"))(with_loop)
+    with pytest.raises(dynamo.Unsupported) as info:
+        opt(torch.randn(2))
+    assert "GET_ITER" in str(info.value) and "for k in (1, 2, 3)" in str(info.value)
+    assert info.value.reason == "opcode GET_ITER is not supported yet"
+
+
+@pytest.mark.parametrize("fn, args", [
+    (shape_mismatch, (torch.randn(3, 4), torch.randn(5))),
+    (missing_attribute, (torch.randn(2),)),
+    (missing_global, (torch.randn(2),)),
+    (lambda x: x.view(7), (torch.randn(4),)),
+    (lambda x, y: x @ y, (torch.randn(2, 3), torch.randn(2, 3))),
+    (lambda x: (1, 2)[5], (torch.randn(2),)),
+])
+def test_user_errors_surface_as_in_eager(fn, args, backend, no_fallback):
+    with pytest.raises(Exception) as eager:
+        fn(*args)
+    with pytest.raises(type(eager.value)) as compiled:
+        dynamo.optimize(backend)(fn)(*args)
+    assert type(compiled.value) is type(eager.value)
+    assert str(compiled.value) == str(eager.value)
+    assert backend.calls == 0
+
+
+def test_user_error_even_under_fullgraph(backend):
+    with pytest.raises(RuntimeError):
+        dynamo.optimize(backend, fullgraph=True)(shape_mismatch)(torch.randn(3), torch.randn(4))
+
+
+def test_bad_call_arguments_raise_like_eager(backend, no_fallback):
+    with pytest.raises(TypeError, match="positional argument"):
+        dynamo.optimize(backend)(shape_mismatch)(torch.randn(2))
+
+
+class InductorLikeError(Exception):
+    pass
+
+
+InductorLikeError.__module__ = "inductor.lowering"
+
+
+def failing_backend(gm, example_inputs):
+    raise InductorLikeError("no lowering for aten.sin")
+
+
+def test_backend_error_falls_back_with_stage_name():
+    x = torch.randn(3)
+    opt = dynamo.optimize(failing_backend)(lambda t: torch.sin(t) + 1)
+    with pytest.warns(dynamo.FallbackWarning) as record:
+        torch.testing.assert_close(opt(x), torch.sin(x) + 1)
+    (message,) = fallback_warnings(record)
+    assert 'stage "inductor"' in message and "no lowering for aten.sin" in message
+    with pytest.raises(dynamo.exc.BackendCompilerFailed):
+        dynamo.optimize(failing_backend, fullgraph=True)(lambda t: torch.cos(t))(x)
+
+
+def test_backend_returning_non_callable():
+    with pytest.warns(dynamo.FallbackWarning, match="not a callable"):
+        out = dynamo.optimize(lambda gm, ex: 42)(lambda t: t * 3)(torch.ones(1))
+    assert out.tolist() == [3.0]
+
+
+def test_bad_arguments_to_optimize(backend):
+    with pytest.raises(TypeError, match="backend"):
+        dynamo.optimize("inductor")
+    with pytest.raises(TypeError, match="fullgraph"):
+        dynamo.optimize(backend, fullgraph="yes")
+    with pytest.raises(TypeError, match="fn"):
+        dynamo.optimize(backend)(42)
+
+
+class Holder(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(3, 2)
+        self.scale = torch.tensor(2.0)
+
+    def forward(self, x):
+        return self.linear(x) * self.scale
+
+    def plain(self, x, y):
+        return x + y
+
+
+def test_methods_touching_self_fall_back(backend):
+    holder, x = Holder(), torch.randn(4, 3)
+    with pytest.warns(dynamo.FallbackWarning, match="attribute .linear of a nn.Module"):
+        torch.testing.assert_close(dynamo.optimize(backend)(holder.forward)(x), holder(x))
+    assert backend.calls == 0
+
+
+def test_method_that_only_carries_self(backend, no_fallback):
+    holder, x, y = Holder(), torch.randn(2), torch.randn(2)
+    torch.testing.assert_close(dynamo.optimize(backend)(holder.plain)(x, y), x + y)
+    assert backend.calls == 1
+
+
+def test_explain(backend):
+    def fn(x):
+        return torch.sin(x) * 2
+
+    report = dynamo.explain(fn)(torch.randn(3))
+    assert report.graph_count == 1 and report.break_reasons == []
+    assert report.ops_per_graph[0][0] == str(torch.sin)
+    assert "x.size() == (3,)" in [str(g) for g in report.guards]
+    assert "graphs: 1" in str(report)
+    bad = dynamo.explain(with_loop)(torch.randn(3))
+    assert bad.graph_count == 0 and "GET_ITER" in bad.break_reasons[0]
+
+
+REQUIRED_OPCODES = {
+    "3.11": ["RESUME", "NOP", "CACHE", "PRECALL", "CALL", "PUSH_NULL", "KW_NAMES", "LOAD_FAST",
+             "STORE_FAST", "LOAD_CONST", "LOAD_GLOBAL", "LOAD_ATTR", "LOAD_METHOD", "BINARY_OP",
+             "UNARY_NEGATIVE", "UNARY_POSITIVE", "UNARY_INVERT", "COMPARE_OP", "BUILD_TUPLE",
+             "BUILD_LIST", "RETURN_VALUE", "POP_TOP", "COPY", "SWAP", "BINARY_SUBSCR",
+             "BUILD_SLICE", "COPY_FREE_VARS", "MAKE_CELL", "LOAD_DEREF", "UNPACK_SEQUENCE"],
+    "3.12": ["RETURN_CONST", "LOAD_FAST_CHECK", "LOAD_FAST_AND_CLEAR", "BINARY_SLICE",
+             "CALL_INTRINSIC_1", "STORE_SLICE", "POP_JUMP_IF_FALSE"],
+    "3.13": ["LOAD_FAST_LOAD_FAST", "STORE_FAST_LOAD_FAST", "STORE_FAST_STORE_FAST", "CALL_KW",
+             "TO_BOOL"],
+}
+
+
+@pytest.mark.parametrize("version", sorted(REQUIRED_OPCODES))
+def test_opcode_handlers_exist(version):
+    missing = [op for op in REQUIRED_OPCODES[version] if not hasattr(InstructionTranslator, op)]
+    assert missing == []

@@ -1,0 +1,209 @@
+"""The C++ printer: one fused pointwise group -> one ``extern "C"`` function with OpenMP.
+
+Input: a ``scheduler.FusedGroup``, the removed buffers and the name -> buffer map.
+Output: ``KernelSource`` (shared with the Triton printer); ``codecache.CppCodeCache``
+compiles it with the system compiler and loads it with ctypes.
+
+Chapter: book/docs/inductor.md ("C++ kernels").
+
+Loop shape: all loop variables but the innermost are flattened into one outer loop, which
+``#pragma omp parallel for`` splits across cores when the loop is big enough to pay for
+waking the threads; the innermost dimension is a plain contiguous loop, which the compiler
+vectorises at ``-O3 -march=native``. Sizes are compiled in as constants (static shapes).
+
+bfloat16 is stored as ``uint16_t`` (its top 16 bits of a float32) and computed in float;
+the conversions are bit shifts with round-to-nearest-even, so no c10 headers are needed.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from inductor.codegen.common import CSEVariable, Kernel, kernel_name
+from inductor.codegen.triton import KernelSource
+from inductor.scheduler import FusedGroup
+
+PARALLEL_THRESHOLD = 32768  # elements; below this OpenMP's fork/join costs more than it saves
+
+CPP_TYPES = {
+    torch.float32: "float", torch.float64: "double", torch.bfloat16: "uint16_t",
+    torch.float16: "_Float16", torch.int8: "int8_t", torch.uint8: "uint8_t",
+    torch.int16: "int16_t", torch.int32: "int32_t", torch.int64: "int64_t",
+    torch.bool: "bool",
+}
+
+PRELUDE = r"""#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <type_traits>
+
+static inline float bf16_to_float(uint16_t bits) {
+    uint32_t wide = static_cast<uint32_t>(bits) << 16;
+    float out;
+    std::memcpy(&out, &wide, sizeof(out));
+    return out;
+}
+
+static inline uint16_t float_to_bf16(float value) {
+    uint32_t bits;
+    std::memcpy(&bits, &value, sizeof(bits));
+    if (std::isnan(value)) return 0x7fc0;
+    bits += 0x7fff + ((bits >> 16) & 1);  // round to nearest, ties to even
+    return static_cast<uint16_t>(bits >> 16);
+}
+
+// NaN-propagating max/min, like torch.maximum (std::fmax ignores NaNs).
+template <typename A, typename B> static inline auto nan_max(A a, B b) {
+    using T = std::common_type_t<A, B>;
+    T x = a, y = b;
+    return x != x ? x : (y != y ? y : (x > y ? x : y));
+}
+template <typename A, typename B> static inline auto nan_min(A a, B b) {
+    using T = std::common_type_t<A, B>;
+    T x = a, y = b;
+    return x != x ? x : (y != y ? y : (x < y ? x : y));
+}
+"""
+
+
+def compute_type(dtype: torch.dtype) -> str:
+    return "float" if dtype in (torch.bfloat16, torch.float16) else CPP_TYPES[dtype]
+
+
+def _fn(name: str):
+    return lambda *args, dtype: f"{name}({', '.join(map(str, args))})"
+
+
+def _infix(op: str):
+    return lambda a, b, dtype: f"({a} {op} {b})"
+
+
+def _one(a: CSEVariable, dtype: torch.dtype) -> str:
+    return f"static_cast<{compute_type(dtype)}>(1)"
+
+
+# --8<-- [start:cpp-ops]
+CPP_OPS = {
+    "abs": _fn("std::abs"), "neg": lambda a, dtype: f"(-{a})",
+    "sin": _fn("std::sin"), "cos": _fn("std::cos"), "tan": _fn("std::tan"),
+    "tanh": _fn("std::tanh"), "exp": _fn("std::exp"), "expm1": _fn("std::expm1"),
+    "log": _fn("std::log"), "log1p": _fn("std::log1p"), "sqrt": _fn("std::sqrt"),
+    "rsqrt": lambda a, dtype: f"({_one(a, dtype)} / std::sqrt({a}))",
+    "erf": _fn("std::erf"), "floor": _fn("std::floor"), "ceil": _fn("std::ceil"),
+    "trunc": _fn("std::trunc"),
+    "reciprocal": lambda a, dtype: f"({_one(a, dtype)} / {a})",
+    "sign": lambda a, dtype: f"static_cast<{compute_type(dtype)}>(({a} > 0) - ({a} < 0))",
+    "isnan": lambda a, dtype: f"({a} != {a})",
+    "logical_not": lambda a, dtype: f"({a} == 0)",
+    "add": _infix("+"), "sub": _infix("-"), "mul": _infix("*"), "div": _infix("/"),
+    "pow": _fn("std::pow"),
+    "fmod": lambda a, b, dtype: f"std::fmod({a}, {b})" if dtype.is_floating_point
+    else f"({a} % {b})",
+    "maximum": _fn("nan_max"), "minimum": _fn("nan_min"),
+    "eq": _infix("=="), "ne": _infix("!="), "lt": _infix("<"), "le": _infix("<="),
+    "gt": _infix(">"), "ge": _infix(">="),
+    "bitwise_and": _infix("&"), "bitwise_or": _infix("|"), "bitwise_xor": _infix("^"),
+    "where": lambda p, a, b: f"({p} ? {a} : {b})",
+}
+# --8<-- [end:cpp-ops]
+
+
+def _literal(value: Any, dtype: torch.dtype) -> str:
+    ctype = compute_type(dtype)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        if value != value:
+            return f"std::numeric_limits<{ctype}>::quiet_NaN()"
+        if value in (float("inf"), -float("inf")):
+            sign = "-" if value < 0 else ""
+            return f"{sign}std::numeric_limits<{ctype}>::infinity()"
+        return f"static_cast<{ctype}>({value!r})"
+    return f"static_cast<{ctype}>({int(value)}LL)"
+
+
+class CppKernel(Kernel):
+    """Prints a fused group as a C++ loop nest."""
+
+    OPS = CPP_OPS
+    DIV = "/"
+
+    def assign(self, var: CSEVariable, expr: str) -> str:
+        # An explicit type, not auto: C++ promotes int8 + int8 to int, torch wraps to int8.
+        return f"{compute_type(var.dtype)} {var} = {expr};"
+
+    def load_expr(self, arg: str, index: str, dtype: torch.dtype) -> str:
+        if dtype == torch.bfloat16:
+            return f"bf16_to_float({arg}[{index}])"
+        if dtype == torch.float16:
+            return f"static_cast<float>({arg}[{index}])"
+        return f"{arg}[{index}]"
+
+    def store_line(self, arg: str, index: str, value: CSEVariable, dtype: torch.dtype) -> str:
+        if dtype == torch.bfloat16:
+            return f"{arg}[{index}] = float_to_bf16({value});"
+        return f"{arg}[{index}] = static_cast<{CPP_TYPES[dtype]}>({value});"
+
+    def constant_expr(self, value: Any, dtype: torch.dtype) -> str:
+        return _literal(value, dtype)
+
+    def index_expr_text(self, index: str, dtype: torch.dtype) -> str:
+        return f"static_cast<{compute_type(dtype)}>({index})"
+
+    def to_dtype_expr(self, x: CSEVariable, src: torch.dtype, dst: torch.dtype) -> str:
+        if dst == torch.bfloat16:  # round to bf16, keep computing in float
+            return f"bf16_to_float(float_to_bf16(static_cast<float>({x})))"
+        if dst == torch.float16:
+            return f"static_cast<float>(static_cast<_Float16>({x}))"
+        return f"static_cast<{CPP_TYPES[dst]}>({x})"
+
+    def params(self) -> str:
+        ins = [f"const {CPP_TYPES[self.buffers[b].get_dtype()]}* __restrict__ {a}"
+               for b, a in self.in_args.items()]
+        outs = [f"{CPP_TYPES[self.buffers[b].get_dtype()]}* __restrict__ {a}"
+                for b, a in self.out_args.items()]
+        return ", ".join(ins + outs)
+
+    def loop_lines(self) -> list[str]:
+        """The loop nest around the body: a parallel outer loop, a contiguous inner loop."""
+        sizes, symbols = self.plan.sizes, self.plan.symbols
+        body = ["    " + line for line in self.body]
+        if not sizes:
+            return body
+        inner = f"for (int64_t {symbols[-1]} = 0; {symbols[-1]} < {sizes[-1]}; ++{symbols[-1]})"
+        outer_size = math.prod(sizes[:-1])
+        parallel = self.numel >= PARALLEL_THRESHOLD
+        pragma = ["#pragma omp parallel for"] if parallel else []
+        if len(sizes) == 1:
+            return [*pragma, inner + " {", *body, "}"]
+        unflatten, step = [], 1
+        for k in reversed(range(len(sizes) - 1)):
+            expr = "xo" if step == 1 else f"(xo / {step})"
+            expr = expr if k == 0 else f"{expr} % {sizes[k]}"
+            unflatten.append(f"    const int64_t {symbols[k]} = {expr};")
+            step *= sizes[k]
+        return [*pragma, f"for (int64_t xo = 0; xo < {outer_size}; ++xo) {{",
+                *reversed(unflatten), "    " + inner + " {",
+                *("    " + line for line in body), "    }", "}"]
+
+
+# --8<-- [start:cpp-kernel]
+def generate_cpp_kernel(group: FusedGroup, removed: set[str], buffers: dict[str, Any],
+                        number: int) -> KernelSource:
+    """Print ``group`` as ``extern "C" void name(pointers...)`` running its loop nest."""
+    kernel = CppKernel(group, removed, buffers)
+    kernel.generate_body()
+    name = kernel_name("cpp", group, number)
+    lines = [
+        *kernel.header("//"),
+        PRELUDE,
+        f'extern "C" void {name}({kernel.params()}) {{',
+        *("    " + line for line in kernel.loop_lines()),
+        "}",
+    ]
+    return KernelSource(name, "\n".join(lines) + "\n", kernel.call_args(), kernel.numel, {})
+# --8<-- [end:cpp-kernel]

@@ -1,0 +1,149 @@
+"""compile_fx: the inductor entry points, and the pipeline they run.
+
+Input: ``compile_fx(gm, example_inputs)``: a torch-level FX graph (the dynamo backend
+contract); it goes through ``aotautograd.aot_module_simplified`` with primtorch's
+decompositions, which hands a prims graph to ``compile_fx_inner``.
+``compile_fx_inner(prims_gm, example_inputs, target=...)``: a prims graph whose inputs are
+flat tensors.
+Output: a callable taking the flat tensor arguments and returning a tuple, with
+``.artifacts`` (ordered: prims_graph, loop_ir, fusion, kernels/<name>, wrapper) and
+``.kernel_count``.
+
+Chapter: book/docs/inductor.md ("The pipeline").
+
+The pipeline, one line per stage:
+GraphLowering (prims -> loop IR) -> Scheduler (fusion groups) -> one printer per group
+(Triton or C++ kernel source) -> code cache (load) -> WrapperCodeGen (the ``call`` module).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.fx
+
+from inductor.codecache import CppCodeCache, TritonCodeCache, exec_python_source
+from inductor.codegen.cpp import generate_cpp_kernel
+from inductor.codegen.triton import generate_triton_kernel
+from inductor.codegen.wrapper import WrapperCodeGen, fallback_wrapper_source
+from inductor.exc import CompileError
+from inductor.graph import GraphLowering
+from inductor.ir import Buffer, ComputedBuffer
+from inductor.scheduler import FusedGroup, Scheduler
+
+TARGETS = ("triton", "cpp", "fallback")
+
+
+class CompiledGraph:
+    """The compiled graph: call it with the flat tensor args; it returns a tuple."""
+
+    def __init__(self, call: Callable[..., tuple], artifacts: dict[str, str],
+                 kernel_count: int) -> None:
+        self.call, self.artifacts, self.kernel_count = call, artifacts, kernel_count
+
+    def __call__(self, *args: torch.Tensor) -> tuple:
+        return self.call(*args)
+
+
+def default_target(example_inputs: list[Any]) -> str:
+    tensors = [t for t in example_inputs if isinstance(t, torch.Tensor)]
+    on_cuda = bool(tensors) and all(t.device.type == "cuda" for t in tensors)
+    return "triton" if torch.cuda.is_available() and on_cuda else "cpp"
+
+
+def check_target(target: Any) -> str:
+    if target not in TARGETS:
+        raise ValueError(f"inductor: target must be one of {TARGETS}, got {target!r}")
+    return target
+
+
+def compile_fx_inner(prims_gm: torch.fx.GraphModule, example_inputs: list[Any], *,
+                     target: str | None = None) -> CompiledGraph:
+    """Compile a prims graph for ``target`` ("triton", "cpp", "fallback"; default: by device)."""
+    target = check_target(target or default_target(example_inputs))
+    artifacts = {"prims_graph": prims_gm.print_readable(print_output=False)}
+    if target == "fallback":
+        source = fallback_wrapper_source(len(example_inputs))
+        artifacts["wrapper"] = source
+        scope = exec_python_source(source, "wrapper", "call", {"prims_graph": prims_gm})
+        return CompiledGraph(scope["call"], artifacts, 0)
+    graph = GraphLowering(prims_gm, example_inputs)
+    graph.run(*example_inputs)
+    artifacts["loop_ir"] = "\n\n".join(op.describe() for op in graph.operations)
+    outputs = {o.name for o in graph.graph_outputs if isinstance(o, Buffer)}
+    scheduler = Scheduler(graph.operations, outputs)
+    artifacts["fusion"] = "\n".join(_describe_groups(scheduler) + [""] + scheduler.log)
+    namespace, kernels = {}, {}
+    generate = generate_triton_kernel if target == "triton" else generate_cpp_kernel
+    for step, group in enumerate(scheduler.groups):
+        if isinstance(group, FusedGroup):
+            kernel = generate(group, scheduler.removed, graph.buffer_by_name, len(kernels))
+            kernels[step] = kernel
+            namespace[kernel.name] = _load_kernel(kernel, target)
+            artifacts[f"kernels/{kernel.name}.{'py' if target == 'triton' else 'cpp'}"] = \
+                kernel.source
+    wrapper = WrapperCodeGen(graph, scheduler.groups, scheduler.removed, kernels, target)
+    source = wrapper.generate()
+    artifacts["wrapper"] = source
+    namespace.update(wrapper.constants)
+    scope = exec_python_source(source, "wrapper", "call", namespace)
+    return CompiledGraph(scope["call"], artifacts, len(kernels))
+
+
+def _load_kernel(kernel: Any, target: str) -> Any:
+    if target == "triton":
+        return TritonCodeCache.load(kernel.source, kernel.name)
+    import ctypes
+
+    fn = CppCodeCache.load(kernel.source, kernel.name)
+    fn.argtypes = [ctypes.c_void_p] * len(kernel.args)
+    return fn
+
+
+def _describe_groups(scheduler: Scheduler) -> list[str]:
+    lines = []
+    for group in scheduler.groups:
+        if isinstance(group, FusedGroup):
+            names = [n.name + (" (removed)" if n.name in scheduler.removed else "")
+                     for n in group.nodes]
+            lines.append(f"kernel over {[int(s) for s in group.ranges]}: {', '.join(names)}")
+        else:
+            lines.append(f"library call {group.kernel.name}: {group.kernel.op}")
+    return lines
+
+
+def compile_fx(gm: torch.fx.GraphModule, example_inputs: list[Any], *,
+               options: dict[str, Any] | None = None) -> Callable[..., tuple]:
+    """A dynamo backend: torch-level graph -> aotautograd (prims) -> compile_fx_inner."""
+    if options is not None and not isinstance(options, dict):
+        raise TypeError(f"inductor: options must be a dict, got {type(options).__name__}")
+    options = dict(options or {})
+    target = check_target(options.get("target") or default_target(example_inputs))
+    import aotautograd
+    import primtorch
+
+    if not hasattr(aotautograd, "aot_module_simplified"):
+        raise CompileError("inductor.compile_fx needs aotautograd.aot_module_simplified, "
+                           "which this checkout does not have yet; call compile_fx_inner "
+                           "on a prims graph instead")
+    compiled: list[CompiledGraph] = []
+
+    def fw_compiler(fw_gm: torch.fx.GraphModule, inputs: list[Any]) -> CompiledGraph:
+        compiled.append(compile_fx_inner(fw_gm, inputs, target=target))
+        return compiled[-1]
+
+    fn = aotautograd.aot_module_simplified(
+        gm, example_inputs, fw_compiler=fw_compiler, bw_compiler=fw_compiler,
+        decompositions=getattr(primtorch, "decomposition_table", {}))
+
+    def run(*args: Any) -> Any:
+        return fn(*args)
+
+    run.artifacts = compiled[0].artifacts if compiled else {}  # type: ignore[attr-defined]
+    run.kernel_count = sum(c.kernel_count for c in compiled)  # type: ignore[attr-defined]
+    return run
+
+
+__all__ = ["CompiledGraph", "compile_fx", "compile_fx_inner", "ComputedBuffer"]

@@ -1,0 +1,59 @@
+"""Test helpers: build prims graphs by hand (what aotautograd will hand to inductor).
+
+``prims_graph(fn, inputs)`` calls ``fn(p, *nodes)``; ``p.<prim>(...)`` adds a call of that
+prim to the graph and fills ``node.meta["val"]`` by running the prim on meta tensors, so
+shapes are known while building (``p.bcast`` and ``p.scalar`` use them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.fx
+from primtorch import prims
+
+
+def meta_of(t: torch.Tensor) -> torch.Tensor:
+    return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta")
+
+
+class PrimsBuilder:
+    def __init__(self) -> None:
+        self.graph = torch.fx.Graph()
+
+    def call(self, op: Any, *args: Any, **kwargs: Any) -> torch.fx.Node:
+        node = self.graph.call_function(op, args, kwargs)
+        margs, mkwargs = torch.fx.node.map_arg((args, kwargs), lambda n: n.meta["val"])
+        node.meta["val"] = op(*margs, **mkwargs)
+        return node
+
+    def __getattr__(self, name: str) -> Callable[..., torch.fx.Node]:
+        op = prims.PRIMS[name].op
+        return lambda *args, **kwargs: self.call(op, *args, **kwargs)
+
+    def bcast(self, x: torch.fx.Node, shape: list[int]) -> torch.fx.Node:
+        """numpy-style broadcasting spelled with prims.broadcast_in_dim."""
+        ndim = x.meta["val"].dim()
+        return self.broadcast_in_dim(x, list(shape), list(range(len(shape) - ndim, len(shape))))
+
+    def scalar(self, value: Any, like: torch.fx.Node) -> torch.fx.Node:
+        val = like.meta["val"]
+        return self.full(list(val.shape), value, dtype=val.dtype, device=torch.device("cpu"))
+
+
+def prims_graph(fn: Callable, inputs: list[torch.Tensor]) -> torch.fx.GraphModule:
+    p = PrimsBuilder()
+    nodes = []
+    for i, t in enumerate(inputs):
+        node = p.graph.placeholder(f"x{i}")
+        node.meta["val"] = meta_of(t)
+        nodes.append(node)
+    out = fn(p, *nodes)
+    p.graph.output(tuple(out) if isinstance(out, (list, tuple)) else (out,))
+    return torch.fx.GraphModule(torch.nn.Module(), p.graph)
+
+
+def shape_of(node: torch.fx.Node) -> list[int]:
+    return list(node.meta["val"].shape)

@@ -1,0 +1,62 @@
+"""compile_fx, the dynamo-backend entry point: torch-level graph -> aotautograd -> inductor."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.fx
+import torch.nn.functional as F
+
+import inductor
+
+aotautograd = pytest.importorskip("aotautograd")
+needs_aot = pytest.mark.skipif(not hasattr(aotautograd, "aot_module_simplified"),
+                               reason="aotautograd.aot_module_simplified not written yet")
+
+
+def chain(x, y):
+    return ((x.sin() + y.cos()) * 2 - x,)
+
+
+def test_bad_options():
+    gm = torch.fx.symbolic_trace(chain)
+    x = torch.randn(3)
+    with pytest.raises(ValueError, match="target"):
+        inductor.compile_fx(gm, [x, x], options={"target": "gpu"})
+    with pytest.raises(TypeError, match="options"):
+        inductor.compile_fx(gm, [x, x], options="cpp")
+
+
+@needs_aot
+@pytest.mark.parametrize("target", ["cpp", "triton", "fallback"])
+def test_compile_fx_torch_graph(target):
+    gm = torch.fx.symbolic_trace(chain)
+    x, y = torch.randn(5, 6), torch.randn(6).expand(5, 6)
+    fn = inductor.compile_fx(gm, [x, y], options={"target": target})
+    (out,) = fn(x, y)
+    torch.testing.assert_close(out, chain(x, y)[0])
+    assert "wrapper" in fn.artifacts
+    if target != "fallback":
+        assert fn.kernel_count == 1
+
+
+MODELS = {
+    "relu_bias": lambda x, b: (torch.relu(x + b),),
+    "gelu_tanh": lambda x, b: (F.gelu(x, approximate="tanh") * b,),
+    "softmax": lambda x, b: (torch.softmax(x, -1),),
+    "silu_and_count": lambda x, b: (F.silu(x) + 3, (x > 0).sum()),
+    "promotion": lambda x, b: (x.double() * 2 + b.half(),),
+}
+
+
+@needs_aot
+@pytest.mark.parametrize("target", ["cpp", "triton"])
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_torch_level_functions(name, target):
+    fn = MODELS[name]
+    x, b = torch.randn(5, 7), torch.randn(7)
+    compiled = inductor.compile_fx(torch.fx.symbolic_trace(fn), [x, b],
+                                   options={"target": target})
+    assert compiled.kernel_count >= 1
+    for got, want in zip(compiled(x, b), fn(x, b)):
+        torch.testing.assert_close(got, want)

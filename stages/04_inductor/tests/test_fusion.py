@@ -1,0 +1,120 @@
+"""Scheduling and fusion: what is realized, what shares a kernel, what never hits memory."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+from inductor_testing import prims_graph, shape_of
+
+import inductor
+
+TARGETS = ["cpp", "triton"]
+
+
+def compile_and_run(fn, inputs, target):
+    compiled = inductor.compile_fx_inner(prims_graph(fn, inputs), inputs, target=target)
+    return compiled, compiled(*inputs)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_shared_value_is_fused_and_never_allocated(target):
+    x = torch.randn(6, 5)
+
+    def fn(p, a):
+        shared = p.mul(p.sin(a), p.cos(a))  # two users: realized, see [Note: realize]
+        return p.add(shared, p.scalar(1.0, shared)), p.mul(shared, p.scalar(2.0, shared))
+
+    compiled, (o1, o2) = compile_and_run(fn, [x], target)
+    assert compiled.kernel_count == 1
+    assert "buf0: ComputedBuffer" in compiled.artifacts["loop_ir"]
+    assert "buf0 lives only inside its kernel" in compiled.artifacts["fusion"]
+    assert "buf0 = empty_strided" not in compiled.artifacts["wrapper"]
+    torch.testing.assert_close(o1, x.sin() * x.cos() + 1)
+    torch.testing.assert_close(o2, x.sin() * x.cos() * 2)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_transposed_read_of_a_buffer_is_not_fused(target):
+    x = torch.randn(4, 4)
+
+    def fn(p, a):
+        s = p.sin(p.exp(a))
+        return p.add(s, p.permute(s, [1, 0]))
+
+    compiled, (out,) = compile_and_run(fn, [x], target)
+    assert compiled.kernel_count == 2
+    assert "another iteration's element" in compiled.artifacts["fusion"]
+    s = x.exp().sin()
+    torch.testing.assert_close(out, s + s.t())
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_horizontal_fusion_and_different_sizes(target):
+    x, y = torch.randn(3, 8), torch.randn(5)
+
+    def fn(p, a, b):
+        return p.sin(a), p.cos(a), p.exp(b)
+
+    compiled, outs = compile_and_run(fn, [x, y], target)
+    fusion = compiled.artifacts["fusion"]
+    assert compiled.kernel_count == 2
+    assert "horizontal" in fusion and "different loop ranges" in fusion
+    for got, want in zip(outs, (x.sin(), x.cos(), y.exp())):
+        torch.testing.assert_close(got, want)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_library_call_between_kernels(target):
+    x = torch.randn(4, 6)
+
+    def fn(p, a):
+        total = p.sum(p.sin(a), [1])  # no reduction lowering yet: a library call
+        return p.exp(p.bcast(p.reshape(total, [4, 1]), shape_of(a)))
+
+    compiled, (out,) = compile_and_run(fn, [x], target)
+    assert compiled.kernel_count == 2
+    assert "fallback_0(" in compiled.artifacts["wrapper"]
+    assert "library call" in compiled.artifacts["fusion"]
+    torch.testing.assert_close(out, x.sin().sum(1, keepdim=True).exp().expand(4, 6))
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_dead_buffer_is_reused(target):
+    x = torch.randn(4, 4)
+
+    def fn(p, a):
+        s = p.sin(p.exp(a))
+        b = p.mul(p.add(s, p.permute(s, [1, 0])), p.scalar(0.5, s))
+        return p.sub(b, p.exp(p.permute(b, [1, 0])))
+
+    compiled, (out,) = compile_and_run(fn, [x], target)
+    assert compiled.kernel_count == 3
+    assert re.search(r"buf2 = buf0; del buf0  # reuse", compiled.artifacts["wrapper"])
+    s = x.exp().sin()
+    b = (s + s.t()) * 0.5
+    torch.testing.assert_close(out, b - b.t().exp())
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_contiguous_dims_collapse_to_one_index(target):
+    x, y = torch.randn(2, 3, 5), torch.randn(2, 3, 5)
+    compiled, _ = compile_and_run(lambda p, a, b: p.add(a, b), [x, y], target)
+    (source,) = [v for k, v in compiled.artifacts.items() if k.startswith("kernels/")]
+    assert "x0" in source and "x1" not in source
+    compiled, (out,) = compile_and_run(lambda p, a, b: p.add(a, b), [x, y.transpose(0, 2)
+                                                                       .contiguous()
+                                                                       .transpose(0, 2)],
+                                       target)
+    (source,) = [v for k, v in compiled.artifacts.items() if k.startswith("kernels/")]
+    assert "x1" in source
+
+
+def test_kernel_names_and_headers_name_the_ops():
+    x = torch.randn(8)
+    compiled, _ = compile_and_run(lambda p, a: p.add(p.sin(a), p.cos(a)), [x], "triton")
+    (name,) = [k for k in compiled.artifacts if k.startswith("kernels/")]
+    assert name == "kernels/triton_poi_fused_sin_cos_add_0.py"
+    assert "# Fused kernel for buf0 over [8]" in compiled.artifacts[name]
+    assert "tmp1 = ops.sin(tmp0)" in compiled.artifacts["loop_ir"]
