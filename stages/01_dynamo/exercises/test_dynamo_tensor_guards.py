@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import warnings
 
+import dynamo
 import pytest
 import torch
-
-import dynamo
 from dynamo.guards import make_tensor_guards
 
 

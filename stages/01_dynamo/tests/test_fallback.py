@@ -200,3 +200,18 @@ REQUIRED_OPCODES = {
 def test_opcode_handlers_exist(version):
     missing = [op for op in REQUIRED_OPCODES[version] if not hasattr(InstructionTranslator, op)]
     assert missing == []
+
+
+GLOBAL_LINEAR = torch.nn.Linear(3, 2)
+
+
+def calls_global_module(x):
+    return GLOBAL_LINEAR(x) + 1
+
+
+def test_calling_a_module_falls_back(backend):
+    x = torch.randn(2, 3)
+    with pytest.warns(dynamo.FallbackWarning, match="calling an nn.Module"):
+        torch.testing.assert_close(dynamo.optimize(backend)(calls_global_module)(x),
+                                   calls_global_module(x))
+    assert backend.calls == 0

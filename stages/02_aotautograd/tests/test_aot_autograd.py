@@ -1,10 +1,9 @@
 """aot_module_simplified: one compile, results equal eager, inference only."""
 
+import primtorch
 import pytest
 import torch
 import torch.fx as fx
-
-import primtorch
 from aotautograd import AOTUnsupported, aot_module_simplified
 
 

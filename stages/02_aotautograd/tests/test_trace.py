@@ -3,11 +3,10 @@ applied, extern ops kept, constants, factories, in-place ops, and the ways it gi
 
 import operator
 
+import primtorch
 import pytest
 import torch
 import torch.fx as fx
-
-import primtorch
 from aotautograd import AOTUnsupported, TracerTensor, trace
 
 aten = torch.ops.aten

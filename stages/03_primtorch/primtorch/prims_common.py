@@ -118,7 +118,7 @@ def elementwise_dtypes(
         return promoted, promoted
     if kind == K.ALWAYS_BOOL:
         return computation_dtype(promoted), torch.bool
-    return promoted, promoted
+    return computation_dtype(promoted), promoted
 
 
 # ---------------------------------------------------------------------------------------

@@ -19,9 +19,34 @@ def meta_of(t: torch.Tensor) -> torch.Tensor:
     return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta")
 
 
+def device_for(target: str) -> torch.device:
+    """Triton kernels run on the GPU when there is one, else in the interpreter on CPU."""
+    cuda = target == "triton" and torch.cuda.is_available()
+    return torch.device("cuda" if cuda else "cpu")
+
+
+def to_target(tensors: list[torch.Tensor], target: str) -> list[torch.Tensor]:
+    """The inputs on the target's device, keeping their strides (non-contiguous stays so)."""
+    device = device_for(target)
+    if device.type == "cpu":
+        return list(tensors)
+    moved = []
+    for t in tensors:  # copy the whole storage, then view it the same way (expand included)
+        storage = torch.tensor([], dtype=t.dtype).set_(t.untyped_storage()).to(device)
+        moved.append(storage.as_strided(t.shape, t.stride(), t.storage_offset()))
+    return moved
+
+
+def assert_close(got, want, **kwargs) -> None:
+    """``torch.testing.assert_close`` with ``got`` brought back to the CPU first."""
+    torch.testing.assert_close(got.cpu() if isinstance(got, torch.Tensor) else got, want,
+                               **kwargs)
+
+
 class PrimsBuilder:
-    def __init__(self) -> None:
+    def __init__(self, device: torch.device) -> None:
         self.graph = torch.fx.Graph()
+        self.device = device
 
     def call(self, op: Any, *args: Any, **kwargs: Any) -> torch.fx.Node:
         node = self.graph.call_function(op, args, kwargs)
@@ -40,11 +65,11 @@ class PrimsBuilder:
 
     def scalar(self, value: Any, like: torch.fx.Node) -> torch.fx.Node:
         val = like.meta["val"]
-        return self.full(list(val.shape), value, dtype=val.dtype, device=torch.device("cpu"))
+        return self.full(list(val.shape), value, dtype=val.dtype, device=self.device)
 
 
 def prims_graph(fn: Callable, inputs: list[torch.Tensor]) -> torch.fx.GraphModule:
-    p = PrimsBuilder()
+    p = PrimsBuilder(inputs[0].device if inputs else torch.device("cpu"))
     nodes = []
     for i, t in enumerate(inputs):
         node = p.graph.placeholder(f"x{i}")

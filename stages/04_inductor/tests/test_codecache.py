@@ -7,12 +7,11 @@ import stat
 import subprocess
 import sys
 
+import inductor
 import pytest
 import torch
-from inductor_testing import prims_graph
-
-import inductor
 from inductor.codecache import CppCodeCache, cache_dir
+from inductor_testing import prims_graph
 
 SOURCE = 'extern "C" void minipt2_test_fn(float* out) { out[0] = 42.0f; }\n'
 

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+import inductor
 import pytest
 import torch
 import torch.fx
 import torch.nn.functional as F
-
-import inductor
+from inductor_testing import assert_close, to_target
 
 aotautograd = pytest.importorskip("aotautograd")
 needs_aot = pytest.mark.skipif(not hasattr(aotautograd, "aot_module_simplified"),
@@ -32,9 +32,10 @@ def test_bad_options():
 def test_compile_fx_torch_graph(target):
     gm = torch.fx.symbolic_trace(chain)
     x, y = torch.randn(5, 6), torch.randn(6).expand(5, 6)
-    fn = inductor.compile_fx(gm, [x, y], options={"target": target})
-    (out,) = fn(x, y)
-    torch.testing.assert_close(out, chain(x, y)[0])
+    gx, gy = to_target([x, y], target)
+    fn = inductor.compile_fx(gm, [gx, gy], options={"target": target})
+    (out,) = fn(gx, gy)
+    assert_close(out, chain(x, y)[0])
     assert "wrapper" in fn.artifacts
     if target != "fallback":
         assert fn.kernel_count == 1
@@ -55,8 +56,9 @@ MODELS = {
 def test_torch_level_functions(name, target):
     fn = MODELS[name]
     x, b = torch.randn(5, 7), torch.randn(7)
-    compiled = inductor.compile_fx(torch.fx.symbolic_trace(fn), [x, b],
+    gx, gb = to_target([x, b], target)
+    compiled = inductor.compile_fx(torch.fx.symbolic_trace(fn), [gx, gb],
                                    options={"target": target})
     assert compiled.kernel_count >= 1
-    for got, want in zip(compiled(x, b), fn(x, b)):
-        torch.testing.assert_close(got, want)
+    for got, want in zip(compiled(gx, gb), fn(x, b)):
+        assert_close(got, want)

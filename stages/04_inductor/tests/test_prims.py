@@ -6,13 +6,12 @@ with no lowering (or a dtype its lowering declines) must still be right, via a l
 
 from __future__ import annotations
 
+import inductor
 import pytest
 import torch
-from inductor_testing import prims_graph
-from primtorch import prims
-
-import inductor
 from inductor.lowering import lowerings, supports_dtype
+from inductor_testing import assert_close, prims_graph, to_target
+from primtorch import prims
 
 ELEMENTWISE = sorted(p.name for p in prims.PRIMS.values()
                      if p.kind in ("unary", "binary", "ternary"))
@@ -70,6 +69,7 @@ CASES = [(name, dtype) for name in ELEMENTWISE
 def test_elementwise_prim(name, dtype, target):
     prim, inputs = case(name, dtype)
     expected = prim.op(*inputs)
+    inputs = to_target(inputs, target)
     gm = prims_graph(lambda p, *xs: p.call(prim.op, *xs), inputs)
     compiled = inductor.compile_fx_inner(gm, inputs, target=target)
     (out,) = compiled(*inputs)
@@ -78,4 +78,4 @@ def test_elementwise_prim(name, dtype, target):
     if dtype == torch.float32 and name != "where" and prim.kind in ("unary", "binary"):
         assert lowered, f"{name} has no float32 lowering"
     tol = {"atol": 1e-5, "rtol": 1e-4} if dtype == torch.float32 else {}
-    torch.testing.assert_close(out, expected, equal_nan=True, **tol)
+    assert_close(out, expected, equal_nan=True, **tol)

@@ -108,7 +108,7 @@ def wrap_static(value: Any, strict: bool = True) -> VariableTracker | None:
         return BuiltinVariable(value)
     if isinstance(value, type):
         return TypeVariable(value)
-    if callable(value) and _is_torch(value):
+    if callable(value) and _is_torch(value) and not isinstance(value, torch.nn.Module):
         return TorchFunctionVariable(value)
     if isinstance(value, types.FunctionType):
         return UserFunctionVariable(value)

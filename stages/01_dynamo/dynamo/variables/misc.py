@@ -144,5 +144,12 @@ class UserObjectVariable(VariableTracker):
             "is not supported yet"
         )
 
+    def call_function(
+        self, tx: InstructionTranslator, args: list[VariableTracker],
+        kwargs: dict[str, VariableTracker],
+    ) -> VariableTracker:
+        kind = "an nn.Module" if isinstance(self.value, torch.nn.Module) else "a user object"
+        unimplemented(f"calling {kind} ({type(self.value).__qualname__}) is not supported yet")
+
     def __repr__(self) -> str:
         return f"UserObjectVariable({type(self.value).__qualname__})"
