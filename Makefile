@@ -28,7 +28,7 @@ test: $(STAMP)
 	$(MAKE) book
 
 book: $(STAMP)
-	$(PY) -m mkdocs build --strict --config-file book/mkdocs.yml
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --config-file book/mkdocs.yml
 
 bench: $(STAMP)
 	$(PY) -m driver bench
