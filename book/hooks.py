@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import dis
+import importlib.util
 import io
 import os
 from pathlib import Path
@@ -56,9 +57,20 @@ def _bytecode() -> None:
     _write("demo_bytecode.txt", buffer.getvalue())
 
 
+def _chapter_generators() -> None:
+    """Each ``book/gen/<chapter>.py`` defines ``generate(write)``; ``write(name, text)`` puts a
+    file under ``book/generated/`` for that chapter's ``--8<--`` includes."""
+    for path in sorted((Path(__file__).resolve().parent / "gen").glob("*.py")):
+        spec = importlib.util.spec_from_file_location(f"book_gen_{path.stem}", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        module.generate(_write)
+
+
 def on_pre_build(config, **kwargs) -> None:
     os.environ.setdefault("MINIPT2_BOOK_BUILD", "1")
     with contextlib.redirect_stdout(io.StringIO()):
         _bytecode()
         for target in ("cpp", "triton"):
             _demo_artifacts(target)
+        _chapter_generators()

@@ -78,20 +78,27 @@ def _result_device(
     if "device" in kwargs and kwargs["device"].is_python_constant():
         value = kwargs["device"].as_python_constant()
         if value is not None:
-            return torch.device(value)
+            return _with_index(torch.device(value))
     if kind == "call_method" and target in ("cuda", "cpu"):
-        return torch.device(target)
+        return _with_index(torch.device(target))
     if kind == "call_method" and target == "to":
         for a in args[1:]:
             if isinstance(a, TensorVariable):
                 return a.device
             found = _as_device(a.as_python_constant()) if a.is_python_constant() else None
             if found is not None:
-                return found
+                return _with_index(found)
     for a in _flatten(args):
         if isinstance(a, TensorVariable):
             return a.device
     return torch.get_default_device()
+
+
+def _with_index(device: torch.device) -> torch.device:
+    """"cuda" means the current CUDA device; a real tensor reports it as "cuda:0"."""
+    if device.type == "cuda" and device.index is None and torch.cuda.is_available():
+        return torch.device("cuda", torch.cuda.current_device())
+    return device
 
 
 def _flatten(items: list[VariableTracker]) -> list[VariableTracker]:

@@ -48,6 +48,11 @@ def assert_same(actual, expected, what="", tol=None):
 DTYPES = [torch.float32, torch.float64, torch.bfloat16, torch.int32, torch.int64, torch.bool]
 
 
+# Ops whose aten meta kernel gives the auxiliary outputs other dtypes/shapes than the CPU
+# kernel (the meta kernels follow CUDA). We follow CPU, and compare only output 0 on meta.
+META_DISAGREES_WITH_CPU = {aten.native_layer_norm.default, aten.native_batch_norm.default}
+
+
 class CrossRef(TorchDispatchMode):
     """Run each decomposed op both ways and compare; return the eager result."""
 
@@ -63,6 +68,8 @@ class CrossRef(TorchDispatchMode):
             actual = decomposition(*args, **kwargs)  # inner aten ops run eagerly
             if actual is not NotImplemented:
                 self.hits[func] += 1
+                if func in META_DISAGREES_WITH_CPU and expected[0].device.type == "meta":
+                    actual, expected = actual[0], expected[0]
                 shapes = [tuple(a.shape) if isinstance(a, torch.Tensor) else a for a in args]
                 assert_same(actual, expected, f"{func} on {shapes} {kwargs}")
         return expected
@@ -103,6 +110,11 @@ OPINFO_COVERS = {
     ("amax", ""): [aten.amax.default], ("amin", ""): [aten.amin.default],
     ("softmax", ""): [aten._softmax.default], ("log_softmax", ""): [aten._log_softmax.default],
     ("var", ""): [aten.var.correction], ("to", ""): [aten._to_copy.default],
+    ("native_layer_norm", ""): [aten.native_layer_norm.default],
+    ("nn.functional.layer_norm", ""): [aten.native_layer_norm.default],
+    ("native_batch_norm", ""): [aten.native_batch_norm.default],
+    ("nn.functional.batch_norm", ""): [aten.native_batch_norm.default],
+    ("_native_batch_norm_legit", ""): [aten._native_batch_norm_legit_no_training.default],
     ("double", ""): [aten._to_copy.default],
 }
 # Reached by hand-written tests below rather than by an OpInfo above.
@@ -123,6 +135,7 @@ def _samples(opinfo, dtype, device):
         yield sample
 
 
+@pytest.mark.filterwarnings("ignore:var\\(\\). degrees of freedom")
 @pytest.mark.parametrize("device", ["cpu", "meta"])
 @pytest.mark.parametrize("key", list(OPINFO_COVERS), ids=lambda k: ".".join(filter(None, k)))
 def test_decomposition_matches_eager(key, device):

@@ -20,6 +20,7 @@ from typing import Any
 import torch
 import torch.fx
 
+from inductor.exc import CompileError
 from inductor.ir import (
     Buffer,
     ComputedBuffer,
@@ -87,7 +88,6 @@ class GraphLowering(torch.fx.Interpreter):
     def placeholder(self, target: str, args: Any, kwargs: Any) -> Any:
         example = self.example_inputs[len(self.graph_inputs)]
         if not isinstance(example, torch.Tensor):
-            from inductor.exc import CompileError
             raise CompileError(f"graph input {target!r} is not a tensor ({type(example)})")
         layout = FixedLayout(example.device, example.dtype, sympify_all(example.shape),
                              sympify_all(example.stride()))

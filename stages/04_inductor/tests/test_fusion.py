@@ -118,3 +118,13 @@ def test_kernel_names_and_headers_name_the_ops():
     assert name == "kernels/triton_poi_fused_sin_cos_add_0.py"
     assert "# Fused kernel for buf0 over [8]" in compiled.artifacts[name]
     assert "tmp1 = ops.sin(tmp0)" in compiled.artifacts["loop_ir"]
+
+
+def test_huge_loops_index_in_int64():
+    big = torch.randn(1, 2**16).expand(2**16, 2**16)  # 2**32 elements, 256 KiB of memory
+    small = torch.randn(64)
+    for x, wide in ((big, True), (small, False)):
+        gm = prims_graph(lambda p, a: p.neg(a), [x])
+        compiled = inductor.compile_fx_inner(gm, [x], target="triton")  # compiled, not run
+        (source,) = [v for k, v in compiled.artifacts.items() if k.startswith("kernels/")]
+        assert ("tl.program_id(0).to(tl.int64)" in source) == wide

@@ -77,14 +77,14 @@ def test_odd_and_size_one_shapes(target, shape):
 
 
 @pytest.mark.parametrize("target", TARGETS)
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
 def test_float_dtypes(target, dtype):
     x, y = torch.randn(6, 11, dtype=dtype), torch.randn(6, 11, dtype=dtype)
     compiled, (out,) = run(chain, [x, y], target)
     assert out.dtype == dtype
     assert compiled.kernel_count == 1
     # bf16: eager rounds after every op, the kernel once at the store (as inductor does)
-    tol = {"atol": 3e-2, "rtol": 3e-2} if dtype == torch.bfloat16 else {}
+    tol = {"atol": 3e-2, "rtol": 3e-2} if dtype in (torch.bfloat16, torch.float16) else {}
     assert_close(out, chain_eager(x, y), **tol)
 
 

@@ -205,6 +205,15 @@ def block_size(numel: int) -> tuple[int, int]:
     return xblock, max(1, min(8, xblock // 256))
 
 
+def needs_int64_indices(kernel: TritonKernel) -> bool:
+    """Whether a flat position or an element offset may pass 2**31 - 1."""
+    extents = [kernel.numel]
+    for name in kernel.call_args():
+        layout = kernel.buffers[name].layout
+        extents.append(1 + sum((int(n) - 1) * int(s) for n, s in zip(layout.size, layout.stride)))
+    return max(extents) >= 2**31
+
+
 # --8<-- [start:triton-kernel]
 def generate_triton_kernel(group: FusedGroup, removed: set[str], buffers: dict[str, Any],
                            number: int) -> KernelSource:
@@ -213,6 +222,7 @@ def generate_triton_kernel(group: FusedGroup, removed: set[str], buffers: dict[s
     kernel = TritonKernel(group, removed, buffers)
     kernel.generate_body()
     name = kernel_name("triton_poi", group, number)
+    wide = ".to(tl.int64)" if needs_int64_indices(kernel) else ""  # else int32: faster
     params = ", ".join([*kernel.in_args.values(), *kernel.out_args.values(), "xnumel",
                         "XBLOCK: tl.constexpr"])
     lines = [
@@ -224,7 +234,7 @@ def generate_triton_kernel(group: FusedGroup, removed: set[str], buffers: dict[s
         "",
         "@triton.jit",
         f"def {name}({params}):",
-        "    xoffset = tl.program_id(0) * XBLOCK",
+        f"    xoffset = tl.program_id(0){wide} * XBLOCK",
         "    xindex = xoffset + tl.arange(0, XBLOCK)",
         "    xmask = xindex < xnumel",
         *("    " + line for line in kernel.index_lines()),
