@@ -2,6 +2,7 @@
 
     python -m driver compile [FILE[:NAME]] [--target triton|cpp|fallback] [--dump DIR]
     python -m driver exercise list | start NAME | check NAME | verify
+    python -m driver bench [--suite micro] [...]   (benchmarks/run.py)
 
 ``compile`` with no FILE compiles the built-in demo, ``(x.sin() + y.cos()) * 2 - x``, on the
 best device present (CUDA -> Triton, else C++). With FILE, NAME (default ``model``) is a
@@ -134,10 +135,28 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--vs-torch-compile", action="store_true",
                    help="also time torch.compile in the same run")
     c.set_defaults(run=cmd_compile)
+    b = sub.add_parser("bench", help="the benchmark suite (benchmarks/run.py)", add_help=False)
+    b.add_argument("rest", nargs=argparse.REMAINDER)
+    b.set_defaults(run=cmd_bench)
     from driver import exercises
 
     exercises.add_parser(sub)
     return parser
+
+
+def cmd_bench(args) -> int:
+    """Run ``benchmarks/run.py`` with the remaining arguments (the driver never imports it)."""
+    import runpy
+
+    script = Path(__file__).resolve().parent.parent / "benchmarks" / "run.py"
+    if not script.exists():
+        raise SystemExit(f"error: {script} is missing (run from a source checkout)")
+    sys.argv = [str(script), *args.rest]
+    try:
+        runpy.run_path(str(script), run_name="__main__")
+    except SystemExit as exit_:
+        return int(exit_.code or 0)
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:

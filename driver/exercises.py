@@ -20,6 +20,7 @@ Chapter: book/docs/index.md ("How to do the exercises").
 
 from __future__ import annotations
 
+import concurrent.futures
 import os
 import re
 import shutil
@@ -151,10 +152,11 @@ def verify_one(ex: Exercise) -> list[str]:
 def cmd_verify(args) -> int:
     exercises = discover()
     problems = []
-    for ex in exercises.values():
-        found = verify_one(ex)
-        print(f"{ex.name:28} {'ok' if not found else 'FAILED'}")
-        problems += found
+    # Each check is two pytest subprocesses: run a few exercises at once.
+    with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
+        for ex, found in zip(exercises.values(), pool.map(verify_one, exercises.values())):
+            print(f"{ex.name:28} {'ok' if not found else 'FAILED'}", flush=True)
+            problems += found
     for p in problems:
         print("  -", p)
     print(f"{len(exercises) - len({p.split(':')[0] for p in problems})} passed, "

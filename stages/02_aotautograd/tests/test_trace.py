@@ -246,3 +246,29 @@ def test_multiple_outputs_ops_use_getitem():
 def test_trace_rejects_non_callable():
     with pytest.raises(TypeError, match="fn"):
         trace(3, [])
+
+
+def small_models():
+    torch.manual_seed(0)
+    convnet = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.ReLU(),
+        torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(4, 2))
+    convnet[1].running_mean.uniform_(-1, 1)
+    convnet[1].running_var.uniform_(0.5, 2)
+    mlp = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.LayerNorm(16), torch.nn.GELU(),
+                              torch.nn.Linear(16, 8), torch.nn.SiLU(), torch.nn.Softmax(-1))
+    return [("convnet", convnet.eval(), (2, 3, 8, 8), {"aten.convolution.default"}),
+            ("mlp", mlp.eval(), (4, 8), {"aten.addmm.default"})]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("name,model,shape,extern", small_models(),
+                         ids=[m[0] for m in small_models()])
+def test_small_models_decompose_fully(name, model, shape, extern, dtype):
+    model = model.to(dtype)
+    x = torch.randn(shape, dtype=dtype)
+    with torch.no_grad():
+        gm = trace(model, [x], TABLE)
+        assert_close(gm(x), model(x))
+    report = primtorch.coverage(gm)
+    assert set(report["extern"]) == extern and not report["fallback"], report

@@ -194,7 +194,7 @@ HAND_CASES = {
     aten.gt.Scalar: lambda x: x > True, aten.ge.Scalar: lambda x: x >= -1,
     aten._native_batch_norm_legit_no_training.default: lambda x: (
         aten._native_batch_norm_legit_no_training(
-            x.double(), torch.randn(3), None, torch.randn(3), torch.rand(3) + 0.5, 0.1, 1e-5)),
+            x.float(), torch.randn(3), None, torch.randn(3), torch.rand(3) + 0.5, 0.1, 1e-5)),
 }
 
 
