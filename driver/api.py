@@ -100,7 +100,7 @@ class CompiledFunction:
 
 
 class OptimizedModule(CompiledFunction):
-    """``driver.compile(module)``: calls the compiled ``forward``; everything else is the module's."""
+    """``driver.compile(module)``: runs the compiled ``forward``; the rest is the module's."""
 
     def __init__(self, module: torch.nn.Module, recorder: _Recorder, fullgraph: bool):
         object.__setattr__(self, "_orig_mod", module)

@@ -15,7 +15,7 @@ import torch
 
 
 def torch_inductor_backend(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
-    """Our dynamo's graph, compiled by PyTorch's Inductor (AOTAutograd + decompositions + Inductor)."""
+    """Our dynamo's graph, compiled by PyTorch's Inductor (its AOTAutograd and Inductor)."""
     from torch._inductor.compile_fx import compile_fx
 
     compiled = compile_fx(gm, list(example_inputs))
