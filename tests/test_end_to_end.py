@@ -214,3 +214,9 @@ def test_torch_compile_with_our_backend():
     x, y = torch.randn(64), torch.randn(64)
     compiled = torch.compile(demo, backend=driver.backend)
     torch.testing.assert_close(compiled(x, y), demo(x, y))
+
+
+def test_our_dynamo_with_pytorchs_inductor():
+    x, y = torch.randn(64), torch.randn(64)
+    compiled = driver.compile(demo, backend="torch-inductor")
+    torch.testing.assert_close(compiled(x, y), demo(x, y))

@@ -23,14 +23,12 @@ from aotautograd.exc import AOTUnsupported
 from aotautograd.proxy_tensor import DecompositionTable, trace
 
 
-def needs_autograd(gm: Callable, example_inputs: Sequence[object]) -> bool:
+def needs_autograd(params_require_grad: bool, inputs: Sequence[object]) -> bool:
     """Would eager autograd record this call? (grad mode on and something requires grad)."""
     if not torch.is_grad_enabled():
         return False
-    tensors = [x for x in example_inputs if isinstance(x, torch.Tensor)]
-    if isinstance(gm, torch.nn.Module):
-        tensors += list(gm.parameters())
-    return any(t.requires_grad for t in tensors)
+    return params_require_grad or any(
+        isinstance(x, torch.Tensor) and x.requires_grad for x in inputs)
 
 
 # --8<-- [start:aot-inference]
@@ -43,7 +41,9 @@ def aot_module_simplified(
 ) -> Callable[..., tuple]:
     """Trace ``gm`` (with ``decompositions`` applied), compile the forward graph once with
     ``fw_compiler``, and return a function of the same flat inputs returning a tuple."""
-    if needs_autograd(gm, example_inputs):
+    params = list(gm.parameters()) if isinstance(gm, torch.nn.Module) else []
+    params_require_grad = any(p.requires_grad for p in params)
+    if needs_autograd(params_require_grad, example_inputs):
         raise AOTUnsupported("training graphs (autograd) are not supported yet")
     with torch.no_grad():
         fw_gm = trace(gm, example_inputs, decompositions)
@@ -52,7 +52,7 @@ def aot_module_simplified(
     compiled = fw_compiler(fw_gm, list(example_inputs))
 
     def forward(*args: object) -> tuple:
-        if needs_autograd(gm, args):
+        if needs_autograd(params_require_grad, args):  # e.g. compiled under no_grad
             raise AOTUnsupported("training graphs (autograd) are not supported yet")
         return tuple(compiled(*args))
 

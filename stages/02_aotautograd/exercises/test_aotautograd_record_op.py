@@ -45,9 +45,11 @@ def test_factories_keep_their_device_and_prims_are_recorded():
     def fn(x):
         return x + torch.zeros(2, 2, dtype=torch.float64)
 
-    gm = trace(fn, [torch.ones(2)], primtorch.decomposition_table)
+    gm = trace(fn, [torch.ones(2)])
     zeros = [n for n in gm.graph.nodes if n.target == aten.zeros.default][0]
     assert zeros.kwargs["device"] == torch.device("cpu")
+    assert zeros.meta["val"].device.type == "meta" and zeros.meta["val"].shape == (2, 2)
+    gm = trace(fn, [torch.ones(2)], primtorch.decomposition_table)
     assert primtorch.coverage(gm)["prim"]["minipt2.add.default"] == 1
     assert gm(torch.ones(2))[0].dtype == torch.float64
 

@@ -85,3 +85,5 @@ def test_parameters_that_require_grad_count_as_training():
                                          decompositions=primtorch.decomposition_table)
         x = torch.randn(4, 3)
         torch.testing.assert_close(compiled(x)[0], model(x))
+    with pytest.raises(AOTUnsupported, match="training"):  # grad mode back on at run time
+        compiled(torch.randn(4, 3))

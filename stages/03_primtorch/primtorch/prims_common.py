@@ -49,6 +49,7 @@ def _scalar_dtype(value: Number) -> torch.dtype:
     return torch.get_default_dtype()
 
 
+# --8<-- [start:result-type]
 # [Note: type promotion]
 # torch.result_type sorts the operands into three priority groups: tensors with at least one
 # dimension, 0-dim tensors, and Python numbers. Each group is promoted on its own
@@ -86,6 +87,7 @@ def result_type(*args: torch.Tensor | Number) -> torch.dtype:
         current = groups[group]
         groups[group] = dtype if current is None else torch.promote_types(current, dtype)
     return _combine(_combine(groups[0], groups[1]), groups[2])
+# --8<-- [end:result-type]
 
 
 class ELEMENTWISE_TYPE_PROMOTION_KIND(enum.Enum):
@@ -236,6 +238,10 @@ def elementwise_args(
 def prepare(arg: torch.Tensor | Number, shape: Sequence, dtype: torch.dtype, device):
     """One operand as a tensor of exactly ``shape`` and ``dtype``."""
     if isinstance(arg, torch.Tensor):
+        if arg.device != device:
+            # A 0-dim CPU tensor joining CUDA operands (eager allows it). No prim moves
+            # data between devices, so the move stays an aten op (a fallback).
+            arg = torch.ops.aten._to_copy.default(arg, device=device)
         return broadcast_to(to_dtype(arg, dtype), shape)
     return full(shape, arg, dtype, device)
 # --8<-- [end:type-promotion]

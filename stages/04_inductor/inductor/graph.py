@@ -31,6 +31,7 @@ from inductor.ir import (
     InputBuffer,
     IRNode,
     Pointwise,
+    Reduction,
     index_vars,
     sympify_all,
 )
@@ -39,7 +40,8 @@ from inductor.virtualized import ReadWritesHandler, V
 
 
 def is_cheap(value: Pointwise) -> bool:
-    """A body worth recomputing per user rather than storing: at most one load and one op."""
+    """A body worth recomputing per user rather than storing: at most one load and one op
+    (constants are free)."""
     handler = ReadWritesHandler()
     with V.set_ops_handler(handler):
         value.inner_fn(index_vars(value.ranges))
@@ -69,8 +71,9 @@ class GraphLowering(torch.fx.Interpreter):
         return f"buf{self.buffer_count - 1}"
 
     def realize(self, value: Any) -> Any:
-        """Give a Pointwise value memory of its own; buffers and non-IR values pass through."""
-        if not isinstance(value, Pointwise):
+        """Give a Pointwise or Reduction value memory of its own; buffers and non-IR values
+        pass through."""
+        if not isinstance(value, (Pointwise, Reduction)):
             return value
         layout = FlexibleLayout(value.device, value.dtype, value.ranges)
         buffer = self.register(ComputedBuffer(self.new_name(), layout, value))
@@ -81,7 +84,9 @@ class GraphLowering(torch.fx.Interpreter):
         self.current_node = n
         result = super().run_node(n)
         many_users = len(n.users) > 1
-        if isinstance(result, Pointwise) and many_users and not is_cheap(result):
+        if isinstance(result, Reduction):
+            result = self.realize(result)  # always: see Reduction's docstring
+        elif isinstance(result, Pointwise) and many_users and not is_cheap(result):
             result = self.realize(result)  # [Note: realize]
         return result
 

@@ -4,7 +4,8 @@ Input: built by ``lowering.py`` (pure functions from IR values to IR values) and
 ``graph.py`` (which decides what is realized into a buffer).
 Output: a list of buffers for ``scheduler.py``: ``InputBuffer`` (graph inputs, with their real
 strides), ``ComputedBuffer`` (a ``Pointwise`` body stored into memory) and ``ExternBuffer``
-(written by a ``FallbackKernel``: a library call on real tensors).
+(written by a ``FallbackKernel``: a library call on real tensors). A ``ComputedBuffer`` holds a
+``Pointwise`` or a ``Reduction`` body.
 
 Chapter: book/docs/inductor.md ("Loop-level IR").
 
@@ -179,25 +180,83 @@ class Buffer(IRNode):
         return sympy.Mul(*self.layout.size)
 
 
+# --8<-- [start:reduction-ir]
+REDUCTION_TYPES = ("sum", "prod", "max", "min")
+
+
+@dataclasses.dataclass
+class Reduction(IRNode):
+    """A reduction over ``reduction_ranges`` for every output element of ``ranges``.
+
+    ``inner_fn(index, rindex)`` is the value of the element being reduced: ``index`` runs over
+    the output, ``rindex`` over the reduced dims. It is always realized (a reduction read
+    twice would be computed twice), and the scheduler may fuse pointwise loops *into* its
+    kernel (the producers of the reduced values) and after it (its epilogue).
+    """
+
+    device: torch.device
+    dtype: torch.dtype
+    inner_fn: Callable[[Sequence[Expr], Sequence[Expr]], Any]
+    ranges: list[Expr]
+    reduction_ranges: list[Expr]
+    reduction_type: str  # one of REDUCTION_TYPES
+
+    def get_size(self) -> list[Expr]:
+        return self.ranges
+
+    def get_dtype(self) -> torch.dtype:
+        return self.dtype
+
+    def get_device(self) -> torch.device:
+        return self.device
+
+    def store_output(self, name: str, layout: Layout, index: Sequence[Expr],
+                     rindex: Sequence[Expr]) -> None:
+        """Reduce ``inner_fn(index, r)`` over all r, store it at ``index``."""
+        value = ops.reduction(self.dtype, self.reduction_type, self.inner_fn(index, rindex))
+        ops.store_reduction(name, layout.index(index), value)
+# --8<-- [end:reduction-ir]
+
+
 class InputBuffer(Buffer):
     """A graph input, described by the real strides of its example tensor."""
 
 
 @dataclasses.dataclass
 class ComputedBuffer(Buffer):
-    """A ``Pointwise`` body realized into memory; the scheduler turns it into a kernel."""
+    """A ``Pointwise`` or ``Reduction`` body realized into memory; the scheduler turns it
+    into (part of) a kernel."""
 
-    data: Pointwise = None  # type: ignore[assignment]
+    data: Pointwise | Reduction = None  # type: ignore[assignment]
+
+    def is_reduction(self) -> bool:
+        return isinstance(self.data, Reduction)
+
+    def reduction_ranges(self) -> list[Expr]:
+        return list(self.data.reduction_ranges) if self.is_reduction() else []
+
+    def run_body(self, index: Sequence[Expr], rindex: Sequence[Expr] = ()) -> None:
+        """Run the body (under the current ops handler) with these index expressions."""
+        if self.is_reduction():
+            self.data.store_output(self.name, self.layout, index, rindex)
+        else:
+            self.data.store_output(self.name, self.layout, index)
 
     def describe(self) -> str:
         """The loop body printed through ``PrintHandler`` (the ``loop_ir`` artifact)."""
         handler, idx = PrintHandler(), index_vars(self.layout.size)
+        ridx = index_vars(self.reduction_ranges(), "r")
         with V.set_ops_handler(handler):
-            self.data.store_output(self.name, self.layout, idx)
+            self.run_body(idx, ridx)
         sizes = ", ".join(map(str, self.layout.size))
         body = "\n".join("    " + line for line in handler.lines)
-        return (f"{self.name}: ComputedBuffer(Pointwise, {self.layout.dtype}, [{sizes}], "
-                f"index=[{', '.join(map(str, idx))}])\n{body}")
+        kind, extra = "Pointwise", ""
+        if self.is_reduction():
+            kind = f"Reduction {self.data.reduction_type}"
+            extra = (f", reduction_ranges=[{', '.join(map(str, self.reduction_ranges()))}], "
+                     f"rindex=[{', '.join(map(str, ridx))}]")
+        return (f"{self.name}: ComputedBuffer({kind}, {self.layout.dtype}, [{sizes}], "
+                f"index=[{', '.join(map(str, idx))}]{extra})\n{body}")
 
 
 class ExternBuffer(Buffer):

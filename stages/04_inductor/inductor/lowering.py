@@ -11,6 +11,8 @@ Lowerings are pure: they build loop bodies (``inner_fn``) by composing the loade
 inputs, and never allocate memory; realizing values into buffers is ``graph.py``'s job.
 Views (``broadcast_in_dim``, ``permute``, ``reshape``) are index remapping: the output's
 loader calls the input's loader at a rewritten index, so no copy is ever made for them.
+Reductions (``sum``, ``prod``, ``amax``, ``amin``) become ``Reduction`` values, whose body
+reads the input at an index assembled from the kept dims and the reduced dims.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from inductor.ir import (
     FloorDiv,
     IRNode,
     Pointwise,
+    Reduction,
     contiguous_strides,
     flat_index,
     sympify_all,
@@ -175,3 +178,40 @@ def reshape(a: IRNode, shape: Sequence[int]) -> IRNode:
         return load(in_index)
 
     return Pointwise(a.get_device(), a.get_dtype(), inner_fn, out_size)
+
+
+# --8<-- [start:lowering-reduction]
+def make_reduction(reduction_type: str) -> Callable[..., IRNode | None]:
+    """The lowering of a reduction prim: output dims are the kept dims, in order."""
+
+    def lower(a: IRNode, dims: Sequence[int]) -> IRNode | None:
+        size, dtype = a.get_size(), a.get_dtype()
+        if dtype == torch.bool or any(s == 0 for s in size):
+            return None  # bool and empty reductions: a library call says it best
+        dims = sorted({d % len(size) for d in dims}) if size else []
+        if not dims:
+            return a  # nothing to reduce
+        kept = [d for d in range(len(size)) if d not in dims]
+        load = a.make_loader()
+
+        def inner_fn(index: Sequence[Expr], rindex: Sequence[Expr]) -> Any:
+            full: list[Expr] = [sympy.Integer(0)] * len(size)
+            for d, i in zip(kept, index):
+                full[d] = i
+            for d, r in zip(dims, rindex):
+                full[d] = r
+            return load(full)
+
+        ranges, reduction_ranges = [size[d] for d in kept], [size[d] for d in dims]
+        if all(s == 1 for s in reduction_ranges):  # one element per output: a copy
+            zeros = [sympy.Integer(0)] * len(dims)
+            return Pointwise(a.get_device(), dtype, lambda index: inner_fn(index, zeros), ranges)
+        return Reduction(a.get_device(), dtype, inner_fn, ranges, reduction_ranges,
+                         reduction_type)
+
+    return lower
+
+
+for _prim, _type in (("sum", "sum"), ("prod", "prod"), ("amax", "max"), ("amin", "min")):
+    register_lowering(prims.PRIMS[_prim].op)(make_reduction(_type))
+# --8<-- [end:lowering-reduction]

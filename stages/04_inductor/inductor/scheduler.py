@@ -2,8 +2,8 @@
 
 Input: ``GraphLowering.operations`` (``ComputedBuffer`` and ``FallbackKernel`` in program
 order) and the names of the graph outputs.
-Output: ``Scheduler.groups``, a list in program order of ``FusedGroup`` (pointwise loops that
-become ONE kernel) and ``ExternNode`` (a library call); ``Scheduler.removed``, the buffers
+Output: ``Scheduler.groups``, a list in program order of ``FusedGroup`` (loops that become
+ONE kernel: pointwise, or reductions with the pointwise loops around them) and ``ExternNode`` (a library call); ``Scheduler.removed``, the buffers
 that only live inside one kernel (never allocated, never stored); ``Scheduler.log``, one
 line per fusion decision with its reason (the ``fusion`` artifact).
 
@@ -16,11 +16,25 @@ the same ranges and every element the second one reads from the first was comput
 (``score_fusion``) is a cost question: each buffer both touch is memory traffic saved (a
 vertical fusion); loops sharing nothing still save a kernel launch (a horizontal fusion).
 We fuse greedily in program order, which can never reorder a read before its write.
+
+[Note: reduction fusion]
+A reduction kernel loops over a 2-D space: x, the output elements (rows), and r, the reduced
+elements of each row. Every node of the group must *place* into that space: a reduction with
+the same output and reduced dims; a pointwise loop of the output's shape ("x": one value per
+row, like a mean computed from a sum); or a pointwise loop whose outer dims are the output's
+and inner dims the reduced ones ("xr": a value per reduced element, like ``exp(x - max)``).
+Indices are compared in the kernel's own symbols (``i*`` for x, ``j*`` for r), so "reads the
+element this iteration wrote" means the same thing for all three. A row's reduction result
+is known only after its loop over r: a node that reads it in the same kernel runs in a later
+loop over r (or, in a persistent kernel, after the reduction in straight-line code); the
+printers arrange that, recomputing cheap "xr" values that an earlier loop computed.
+softmax (amax, then exp and sum, then div), layer norm and RMS norm are each one kernel.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 
 import sympy
 
@@ -28,6 +42,35 @@ from inductor.ir import ComputedBuffer, FallbackKernel, index_vars
 from inductor.virtualized import ReadWritesHandler, V
 
 MAX_FUSED_NODES = 64  # past this a kernel gets hard to read and to compile; see score_fusion
+Space = tuple[list[sympy.Expr], list[sympy.Expr]]  # (x sizes, r sizes) a kernel loops over
+
+
+def space_symbols(space: Space) -> tuple[list[sympy.Expr], list[sympy.Expr]]:
+    """The kernel-space index symbols: ``i*`` over the output rows, ``j*`` over reduced dims."""
+    return index_vars(space[0], "i"), index_vars(space[1], "j")
+
+
+def _non_one(sizes: Sequence[sympy.Expr]) -> list[sympy.Expr]:
+    return [s for s in sizes if s != 1]
+
+
+def map_dims(sizes: Sequence[sympy.Expr], space_sizes: Sequence[sympy.Expr],
+             symbols: Sequence[sympy.Expr]) -> list[sympy.Expr] | None:
+    """Index expressions for a loop over ``sizes`` inside a kernel loop over ``space_sizes``:
+    the same dims once size-1 dims (always index 0) are dropped, else None."""
+    if _non_one(sizes) != _non_one(space_sizes):
+        return None
+    free = iter(sym for sym, size in zip(symbols, space_sizes) if size != 1)
+    return [sympy.Integer(0) if size == 1 else next(free) for size in sizes]
+
+
+@dataclasses.dataclass
+class Placement:
+    """Where a node sits in a kernel's space (see [Note: reduction fusion])."""
+
+    kind: str  # "reduction" | "x" (one value per output row) | "xr" (one per reduced element)
+    index: list[sympy.Expr]
+    rindex: list[sympy.Expr]
 
 
 @dataclasses.dataclass
@@ -38,12 +81,14 @@ class SchedulerNode:
     reads: list[tuple[str, sympy.Expr]]
     writes: list[tuple[str, sympy.Expr]]
     op_names: list[str]
+    _accesses: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def analyse(cls, buffer: ComputedBuffer) -> SchedulerNode:
         handler = ReadWritesHandler()
         with V.set_ops_handler(handler):
-            buffer.data.store_output(buffer.name, buffer.layout, index_vars(buffer.layout.size))
+            buffer.run_body(index_vars(buffer.layout.size),
+                            index_vars(buffer.reduction_ranges(), "r"))
         return cls(buffer, handler.reads, handler.writes, handler.op_names)
 
     @property
@@ -54,26 +99,99 @@ class SchedulerNode:
     def ranges(self) -> list[sympy.Expr]:
         return self.buffer.layout.size
 
+    @property
+    def device(self):
+        return self.buffer.layout.device
+
+    def is_reduction(self) -> bool:
+        return self.buffer.is_reduction()
+
+    def own_space(self) -> Space:
+        return list(self.ranges), self.buffer.reduction_ranges()
+
+    def place(self, space: Space) -> Placement | None:
+        """How this node's loop maps onto ``space``, or None if it does not fit."""
+        (xsyms, rsyms), (xs, rs) = space_symbols(space), space
+        if self.is_reduction():
+            index = map_dims(self.ranges, xs, xsyms)
+            rindex = map_dims(self.buffer.reduction_ranges(), rs, rsyms)
+            if index is None or rindex is None:
+                return None
+            return Placement("reduction", index, rindex)
+        index = map_dims(self.ranges, xs, xsyms)
+        if index is not None:
+            return Placement("x", index, [])
+        for split in range(len(self.ranges) + 1):  # outer dims over x, inner over r
+            outer = map_dims(self.ranges[:split], xs, xsyms)
+            inner = map_dims(self.ranges[split:], rs, rsyms)
+            if outer is not None and inner is not None and _non_one(rs):
+                return Placement("xr", outer + inner, [])
+        return None
+
+    def run(self, placement: Placement) -> None:
+        """Run the body (under the current ops handler) in kernel-space symbols."""
+        self.buffer.run_body(placement.index, placement.rindex)
+
+    def accesses(self, space: Space) -> ReadWritesHandler:
+        """Reads, writes and index expressions of the body placed in ``space`` (cached)."""
+        key = (tuple(space[0]), tuple(space[1]))
+        if key not in self._accesses:
+            handler = ReadWritesHandler()
+            with V.set_ops_handler(handler):
+                self.run(self.place(space))
+            self._accesses[key] = handler
+        return self._accesses[key]
+
 
 @dataclasses.dataclass
 class FusedGroup:
-    """Pointwise nodes that become one kernel; they share ``ranges``."""
+    """Nodes that become one kernel, looping over one ``space``: (x sizes, r sizes).
+
+    A pointwise-only group has no r sizes; a group holding reductions loops over the first
+    reduction's output (x) and reduced (r) dims. See [Note: reduction fusion].
+    """
 
     nodes: list[SchedulerNode]
 
     @property
+    def space(self) -> Space:
+        return space_with(self.nodes, None)
+
+    @property
     def ranges(self) -> list[sympy.Expr]:
-        return self.nodes[0].ranges
+        return self.space[0]
+
+    @property
+    def reduction_ranges(self) -> list[sympy.Expr]:
+        return self.space[1]
 
     @property
     def device(self):
-        return self.nodes[0].buffer.layout.device
+        return self.nodes[0].device
 
-    def written(self) -> dict[str, sympy.Expr]:
-        return {name: index for node in self.nodes for name, index in node.writes}
+    def is_reduction(self) -> bool:
+        return any(n.is_reduction() for n in self.nodes)
+
+    def placements(self, space: Space | None = None) -> list[Placement | None]:
+        return [n.place(space or self.space) for n in self.nodes]
+
+    def written(self, space: Space | None = None) -> dict[str, sympy.Expr]:
+        """Buffer name -> the index each element is written at, in ``space``'s symbols."""
+        space = space or self.space
+        return {name: index for node in self.nodes for name, index in
+                node.accesses(space).writes}
 
     def read_names(self) -> set[str]:
         return {name for node in self.nodes for name, _ in node.reads}
+
+
+def space_with(nodes: Sequence[SchedulerNode], node: SchedulerNode | None) -> Space:
+    """The space a kernel of ``nodes`` (plus ``node``) loops over: the first reduction's."""
+    members = [*nodes, node] if node is not None else list(nodes)
+    for member in members:
+        if member.is_reduction():
+            return member.own_space()
+    return list(members[0].ranges), []
 
 
 @dataclasses.dataclass
@@ -86,17 +204,19 @@ class ExternNode:
 # --8<-- [start:can-fuse]
 def can_fuse(group: FusedGroup, node: SchedulerNode) -> tuple[bool, str]:
     """May ``node`` join ``group``'s kernel? Returns (legal, reason). See [Note: fusion]."""
-    # BEGIN EXERCISE inductor-can-fuse: decide whether a pointwise node may join a fused group
-    if node.buffer.layout.device != group.device:
+    # BEGIN EXERCISE inductor-can-fuse: decide whether a node may join a fused group
+    if node.device != group.device:
         return False, "different devices"
-    if list(node.ranges) != list(group.ranges):
-        return False, f"different loop ranges {list(node.ranges)} vs {list(group.ranges)}"
-    written = group.written()
-    for name, index in node.reads:
+    space = space_with(group.nodes, node)  # changes when the first reduction joins
+    if node.place(space) is None or None in group.placements(space):
+        return False, (f"different loop ranges {[list(r) for r in node.own_space() if r]} vs "
+                       f"{[list(r) for r in group.space if r]}")
+    written = group.written(space)
+    for name, index in node.accesses(space).reads:
         if name in written and index != written[name]:
             return False, (f"reads {name} at {index} but it is written at {written[name]}: "
                            f"another iteration's element")
-    return True, "same ranges, same-element dependencies only"
+    return True, "same loops, same-element dependencies only"
     # END EXERCISE inductor-can-fuse
 
 

@@ -12,8 +12,9 @@ An IR node never says *what* its loop body computes in a data structure; it hold
 function that, when called with symbolic indices, calls ``ops.<name>(...)``. Which object
 answers those calls is decided by whoever runs the function, through ``V.set_ops_handler``.
 This is define-by-run: the IR needs no expression tree, and a new backend is a new handler.
-The handler API (``load``, ``store``, ``constant``, ``to_dtype``, ``index_expr``, ``where``
-and one method per elementwise prim) is the whole contract between the IR and codegen.
+The handler API (``load``, ``store``, ``constant``, ``to_dtype``, ``index_expr``, ``where``,
+``reduction``, ``store_reduction`` and one method per elementwise prim) is the whole contract
+between the IR and codegen.
 """
 
 from __future__ import annotations
@@ -97,6 +98,12 @@ class PrintHandler:
     def store(self, name: str, index: sympy.Expr, value: str) -> None:
         self.lines.append(f"ops.store({name}, {index}, {value})")
 
+    def store_reduction(self, name: str, index: sympy.Expr, value: str) -> None:
+        self.lines.append(f"ops.store_reduction({name}, {index}, {value})")
+
+    def reduction(self, dtype: torch.dtype, reduction_type: str, value: str) -> str:
+        return self._emit(f"ops.reduction({dtype}, {reduction_type!r}, {value})")
+
     def constant(self, value: Any, dtype: torch.dtype) -> str:
         return self._emit(f"ops.constant({value!r}, {dtype})")
 
@@ -132,8 +139,19 @@ class ReadWritesHandler:
         self.writes.append((name, index))
         self.indices.append(index)
 
+    def store_reduction(self, name: str, index: sympy.Expr, value: Any) -> None:
+        self.store(name, index, value)
+
+    def reduction(self, dtype: torch.dtype, reduction_type: str, value: Any) -> None:
+        self.op_count += 1
+        self.op_names.append({"max": "amax", "min": "amin"}.get(reduction_type,
+                                                                 reduction_type))
+
     def index_expr(self, expr: sympy.Expr, dtype: torch.dtype) -> None:
         self.indices.append(expr)
+
+    def constant(self, value: Any, dtype: torch.dtype) -> None:
+        self.op_names.append("constant")  # free: not counted in op_count
 
     def __getattr__(self, name: str) -> Any:
         def count(*args: Any) -> None:

@@ -1,29 +1,45 @@
 """VariableTracker: what the symbolic interpreter keeps on its stack and in its locals.
 
 Input: nothing (base class). Output: the protocol every tracker family
-implements: attribute access, calls, method calls, conversion to fx-graph
-arguments (``as_proxy``) and to example values (``as_example``), and
-``reconstruct`` (rebuild the Python value a frame returns).
-Chapter: book/docs/dynamo.md ("Variables").
+implements: attribute access, calls, method calls, truth value, iteration
+(``unpack``), conversion to fx-graph arguments (``as_proxy``) and to example
+values (``as_example``), and ``reconstruct`` (rebuild the real Python value
+after the graph has run). Chapter: book/docs/dynamo.md ("Variables").
 
 # [Note: immutable trackers]
 # Trackers are frozen dataclasses. An operation never edits a tracker; it
-# returns a new one. Locals and the stack therefore never share mutable
-# state, so a half-finished trace can be abandoned at any instruction
-# (unimplemented) without undoing anything. Mutation of user containers is
-# unsupported in this first cut; a later issue adds side-effect tracking.
+# returns a new one. A half-finished instruction can therefore be abandoned
+# (unimplemented, or a graph break) by restoring the stack and locals saved
+# before it, without undoing anything.
+#
+# Python containers *are* mutable, and aliasing is visible (``b = a;
+# b.append(x)`` changes ``a``). A mutable tracker carries a
+# ``mutable_local`` token that is shared by every version of "the same"
+# object. Mutating makes a new version and ``tx.replace_all(old, new)``
+# swaps every tracker with that token, in every frame's stack and locals and
+# inside other containers, for the new version. Objects that came from
+# outside the frame are also written back after the graph runs: see
+# side_effects.py.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from ..exc import unimplemented
 
 if TYPE_CHECKING:
-    from ..symbolic_convert import InstructionTranslator
+    from ..codegen import Residual
+    from ..symbolic_convert import InstructionTranslatorBase as InstructionTranslator
+
+
+class MutableLocal:
+    """Identity token shared by all versions of one mutable Python object."""
+
+    def __repr__(self) -> str:
+        return f"MutableLocal({id(self):#x})"
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -31,11 +47,15 @@ class VariableTracker:
     """Symbolic stand-in for one Python value during tracing.
 
     ``source`` is set when the value came from outside the frame (an
-    argument, a global, a closure cell): a Python expression that fetches it
-    again at run time, and the name its guards speak about.
+    argument, a global, an attribute of ``self``): a Python expression that
+    fetches it again at run time, and the name its guards speak about.
     """
 
     source: str | None = dataclasses.field(default=None, kw_only=True)
+    mutable_local: MutableLocal | None = dataclasses.field(default=None, kw_only=True)
+
+    def clone(self, **changes: Any) -> VariableTracker:
+        return dataclasses.replace(self, **changes)
 
     def python_type(self) -> type:
         unimplemented(f"type() of {self}")
@@ -54,6 +74,12 @@ class VariableTracker:
         """This value as an argument of a meta-tensor example computation."""
         unimplemented(f"{self} cannot be an argument of a tensor operation")
 
+    def truth(self, tx: InstructionTranslator) -> bool:
+        """``bool(value)`` at trace time; a traced value has none (a graph break)."""
+        if self.is_python_constant():
+            return bool(self.as_python_constant())
+        unimplemented(f"truth value of {self} (data-dependent control flow)")
+
     def var_getattr(self, tx: InstructionTranslator, name: str) -> VariableTracker:
         unimplemented(f"attribute .{name} of {self}")
 
@@ -70,17 +96,15 @@ class VariableTracker:
         unimplemented(f"method .{name}() of {self}")
 
     def unpack(self, tx: InstructionTranslator) -> list[VariableTracker]:
-        """The items, for UNPACK_SEQUENCE and tuple(...)."""
-        unimplemented(f"unpacking {self}")
+        """The items, for iteration, UNPACK_SEQUENCE, ``*args`` and tuple(...)."""
+        unimplemented(f"iterating over {self}")
 
-    def reconstruct(self, outputs: Iterator[Any], frame: dict[str, Any]) -> Any:
-        """Rebuild the run-time value: tensors come from ``outputs`` (graph results in
-        order); values with a source are fetched again from ``frame``."""
+    def reconstruct(self, rt: Residual) -> Any:
+        """The real value after the graph ran: graph outputs come from ``rt``; a value
+        with a source is fetched again from the frame."""
         if self.source is not None:
-            from ..utils import eval_source
-
-            return eval_source(self.source, frame)
-        unimplemented(f"returning {self} from a compiled frame")
+            return rt.eval(self.source)
+        unimplemented(f"{self} cannot be rebuilt outside the graph")
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
@@ -92,3 +116,42 @@ class NullVariable(VariableTracker):
 
     def __repr__(self) -> str:
         return "NULL"
+
+
+def children(value: VariableTracker) -> Iterator[VariableTracker]:
+    """The trackers directly inside ``value`` (items of a list, values of a dict...)."""
+    for field in dataclasses.fields(value):
+        item = getattr(value, field.name)
+        if isinstance(item, VariableTracker):
+            yield item
+        elif isinstance(item, tuple):
+            yield from (i for i in item if isinstance(i, VariableTracker))
+        elif isinstance(item, dict):
+            yield from (i for i in item.values() if isinstance(i, VariableTracker))
+
+
+def transform(value: Any, fn: Callable[[VariableTracker], VariableTracker]) -> Any:
+    """Rebuild ``value`` bottom-up, applying ``fn`` to every tracker inside it."""
+    if isinstance(value, tuple):
+        return tuple(transform(v, fn) for v in value)
+    if isinstance(value, dict):
+        return {k: transform(v, fn) for k, v in value.items()}
+    if not isinstance(value, VariableTracker):
+        return value
+    changes = {}
+    for field in dataclasses.fields(value):
+        item = getattr(value, field.name)
+        if isinstance(item, (VariableTracker, tuple, dict)):
+            new = transform(item, fn)
+            if new is not item and not _same(new, item):
+                changes[field.name] = new
+    value = dataclasses.replace(value, **changes) if changes else value
+    return fn(value)
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, tuple) and isinstance(b, tuple):
+        return len(a) == len(b) and all(x is y for x, y in zip(a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(a[k] is b[k] for k in a)
+    return a is b

@@ -1,29 +1,42 @@
-"""ConstantVariable: Python values known at trace time (numbers, None, str, dtypes...).
+"""ConstantVariable: Python values known at trace time (numbers, None, str, dtypes...),
+and SymNumberVariable: a number whose value is known but guarded only as far as used.
 
 Input: a constant value (from LOAD_CONST, a guarded argument, a tensor's
 shape, or constant folding). Output: folding of operations on constants
 into new constants; the value itself as a graph argument.
-Chapter: book/docs/dynamo.md ("Variables").
+Chapter: book/docs/dynamo.md ("Variables", "Graph breaks").
+
+# [Note: numbers across a graph break]
+# ``if x.sum().item() > 0:`` breaks the graph at ``.item()``; the float is
+# handed to the resume function. Specialising on its value (a guard
+# ``___stack0 == 0.4137``) would recompile on every call. Instead the resume
+# function receives it as a SymNumberVariable: it remembers the value *and*
+# an expression over the frame (``___stack0``). Comparisons and arithmetic
+# build bigger expressions (``(___stack0 > 0)``) without guarding; only a
+# use that bakes the value in (a branch, a tensor argument, a shape) adds a
+# guard, and a branch guards only the outcome: ``bool(___stack0 > 0) is True``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import operator
 import types
-from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 from ..exc import UserErrorInTrace, unimplemented
+from ..guards import Guard
 from .base import VariableTracker
-from .misc import MethodVariable
 
 if TYPE_CHECKING:
-    from ..symbolic_convert import InstructionTranslator
+    from ..codegen import Residual
+    from ..output_graph import OutputGraph
+    from ..symbolic_convert import InstructionTranslatorBase as InstructionTranslator
 
 _SCALAR_TYPES = (
-    type(None), bool, int, float, complex, str, bytes, types.EllipsisType,
+    type(None), bool, int, float, complex, str, bytes, types.EllipsisType, range,
     torch.dtype, torch.device, torch.layout, torch.memory_format,
 )
 
@@ -32,7 +45,7 @@ def is_literal(value: Any) -> bool:
     """True for immutable values whose every operation can be folded at trace time."""
     if isinstance(value, _SCALAR_TYPES):
         return True
-    if isinstance(value, (tuple, frozenset)):  # torch.Size is a tuple
+    if type(value) in (tuple, frozenset, torch.Size):
         return all(is_literal(v) for v in value)
     if isinstance(value, slice):
         return all(is_literal(v) for v in (value.start, value.stop, value.step))
@@ -49,7 +62,9 @@ def fold(fn: Any, *args: Any, **kwargs: Any) -> VariableTracker:
     except Exception as e:
         raise UserErrorInTrace(e) from e
     if not is_literal(result):
-        unimplemented(f"{getattr(fn, '__name__', fn)}() returned a {type(result).__name__}")
+        from .builder import wrap_static
+
+        return wrap_static(result, strict=True)
     return ConstantVariable(result)
 
 
@@ -73,6 +88,8 @@ class ConstantVariable(VariableTracker):
         return self.value
 
     def var_getattr(self, tx: InstructionTranslator, name: str) -> VariableTracker:
+        from .misc import MethodVariable
+
         if callable(getattr(self.value, name, None)):
             return MethodVariable(self, name)  # e.g. x.shape.numel, called next
         return fold(getattr, self.value, name)
@@ -90,12 +107,84 @@ class ConstantVariable(VariableTracker):
         return fold(method, *values, **{k: v.as_python_constant() for k, v in kwargs.items()})
 
     def unpack(self, tx: InstructionTranslator) -> list[VariableTracker]:
-        if not isinstance(self.value, (tuple, str)):
-            unimplemented(f"unpacking a {type(self.value).__name__}")
+        if not isinstance(self.value, (tuple, str, range, frozenset, bytes)):
+            unimplemented(f"iterating over a {type(self.value).__name__}")
         return [ConstantVariable(v) for v in self.value]
 
-    def reconstruct(self, outputs: Iterator[Any], frame: dict[str, Any]) -> Any:
+    def reconstruct(self, rt: Residual) -> Any:
         return self.value
 
     def __repr__(self) -> str:
         return f"ConstantVariable({self.value!r})"
+
+
+# Operators a SymNumberVariable keeps symbolic, with their spelling in an expression.
+SYM_OPERATORS: dict[Any, str] = {
+    operator.add: "+", operator.sub: "-", operator.mul: "*", operator.truediv: "/",
+    operator.floordiv: "//", operator.mod: "%", operator.pow: "**",
+    operator.lt: "<", operator.le: "<=", operator.gt: ">", operator.ge: ">=",
+    operator.eq: "==", operator.ne: "!=",
+}
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class SymNumberVariable(VariableTracker):
+    """A number known now, guarded lazily. See [Note: numbers across a graph break]."""
+
+    value: Any
+    expr: str  # evaluates to ``value`` in the frame's namespace
+    output: OutputGraph
+
+    def python_type(self) -> type:
+        return type(self.value)
+
+    def is_python_constant(self) -> bool:
+        return True
+
+    def as_python_constant(self) -> Any:
+        self.output.add_guards([Guard(self.expr, "VALUE", f"{self.expr} == {self.value!r}")])
+        return self.value
+
+    def as_proxy(self) -> Any:
+        return self.as_python_constant()
+
+    def as_example(self) -> Any:
+        return self.as_python_constant()
+
+    def truth(self, tx: InstructionTranslator) -> bool:
+        outcome = bool(self.value)
+        guard = f"bool({self.expr}) is {outcome}"
+        self.output.add_guards([Guard(self.expr, "TRUTH", guard)])
+        return outcome
+
+    def reconstruct(self, rt: Residual) -> Any:
+        return rt.eval(self.expr)
+
+    def var_getattr(self, tx: InstructionTranslator, name: str) -> VariableTracker:
+        return ConstantVariable(self.as_python_constant()).var_getattr(tx, name)
+
+    def __repr__(self) -> str:
+        return f"SymNumberVariable({self.expr} = {self.value!r})"
+
+
+def sym_operator(fn: Any, args: list[VariableTracker]) -> VariableTracker | None:
+    """``a <op> b`` where one side is a SymNumberVariable and the other a number."""
+    symbol = SYM_OPERATORS.get(fn)
+    if symbol is None or len(args) != 2:
+        return None
+    exprs, values, output = [], [], None
+    for a in args:
+        if isinstance(a, SymNumberVariable):
+            exprs.append(a.expr)
+            values.append(a.value)
+            output = a.output
+        elif isinstance(a, ConstantVariable) and type(a.value) in (int, float, bool):
+            exprs.append(repr(a.value))
+            values.append(a.value)
+        else:
+            return None
+    try:
+        value = fn(*values)
+    except Exception as e:
+        raise UserErrorInTrace(e) from e
+    return SymNumberVariable(value, f"({exprs[0]} {symbol} {exprs[1]})", output)

@@ -1,11 +1,10 @@
-"""Trackers for the odds and ends a frame touches: bound methods, modules, classes,
-user functions and opaque user objects.
+"""Trackers for the odds and ends a frame touches: bound methods, Python modules,
+builtin and torch classes, ``super()``.
 
 Input: values met through LOAD_ATTR / LOAD_GLOBAL / arguments. Output:
-attribute lookups resolved at trace time (``torch.nn.functional.relu``),
-method calls forwarded to their receiver, and clear ``unimplemented``
-reasons for what the first cut does not capture (user functions, attributes
-of user objects and nn.Modules).
+attribute lookups resolved at trace time (``torch.nn.functional.relu``,
+``math.pi``), method calls forwarded to their receiver, classes used as
+values (``isinstance(x, torch.Tensor)``, ``torch.Size((2, 3))``).
 Chapter: book/docs/dynamo.md ("Variables").
 """
 
@@ -40,6 +39,9 @@ class MethodVariable(VariableTracker):
     ) -> VariableTracker:
         return self.obj.call_method(tx, self.name, args, kwargs)
 
+    def reconstruct(self, rt: Any) -> Any:
+        return getattr(self.obj.reconstruct(rt), self.name)
+
     def __repr__(self) -> str:
         return f"MethodVariable({self.obj!r}.{self.name})"
 
@@ -61,6 +63,9 @@ class PythonModuleVariable(VariableTracker):
         except AttributeError as e:
             raise UserErrorInTrace(e) from e
         return wrap_static(attr)
+
+    def reconstruct(self, rt: Any) -> Any:
+        return self.value
 
     def __repr__(self) -> str:
         return f"PythonModuleVariable({self.value.__name__})"
@@ -101,55 +106,45 @@ class TypeVariable(VariableTracker):
             return fold(self.value, *values, **named)
         unimplemented(f"constructing a {self.value.__qualname__} object")
 
+    def reconstruct(self, rt: Any) -> Any:
+        return self.value
+
     def __repr__(self) -> str:
         return f"TypeVariable({self.value.__qualname__})"
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class UserFunctionVariable(VariableTracker):
-    """A plain Python function. Calling it needs inlining, which is not in this cut."""
+class SuperVariable(VariableTracker):
+    """``super()`` inside a method: attribute lookup starts after ``cls`` in the MRO."""
 
-    value: types.FunctionType
+    cls: type
+    obj: VariableTracker
 
-    def call_function(
-        self, tx: InstructionTranslator, args: list[VariableTracker],
-        kwargs: dict[str, VariableTracker],
-    ) -> VariableTracker:
-        unimplemented(
-            f"calling the Python function {self.value.__qualname__}() "
-            "(inlining user functions is not supported yet)"
-        )
+    def var_getattr(self, tx: InstructionTranslator, name: str) -> VariableTracker:
+        from .functions import UserMethodVariable
 
-    def __repr__(self) -> str:
-        return f"UserFunctionVariable({self.value.__qualname__})"
+        mro = self.obj.python_type().__mro__
+        if self.cls not in mro:
+            unimplemented("super() outside a traced object's method")
+        for klass in mro[mro.index(self.cls) + 1:]:
+            if name in klass.__dict__:
+                attr = klass.__dict__[name]
+                if isinstance(attr, types.FunctionType):
+                    return UserMethodVariable(attr, self.obj)
+                if attr is object.__init__:
+                    return NoOpVariable()
+                break
+        unimplemented(f"super().{name}")
+
+    def call_method(self, tx, name, args, kwargs):
+        return self.var_getattr(tx, name).call_function(tx, args, kwargs)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class UserObjectVariable(VariableTracker):
-    """Any other object (``self`` of a method, an nn.Module): carried along, never opened.
+class NoOpVariable(VariableTracker):
+    """A call that does nothing (``super().__init__()`` reaching ``object.__init__``)."""
 
-    Returning it is fine (``reconstruct`` fetches it again through its source);
-    reading its attributes is not supported in this first cut.
-    """
+    def call_function(self, tx, args, kwargs):
+        from .constant import ConstantVariable
 
-    value: Any
-
-    def python_type(self) -> type:
-        return type(self.value)
-
-    def var_getattr(self, tx: InstructionTranslator, name: str) -> VariableTracker:
-        kind = "nn.Module" if isinstance(self.value, torch.nn.Module) else "user object"
-        unimplemented(
-            f"reading attribute .{name} of a {kind} ({type(self.value).__qualname__}) "
-            "is not supported yet"
-        )
-
-    def call_function(
-        self, tx: InstructionTranslator, args: list[VariableTracker],
-        kwargs: dict[str, VariableTracker],
-    ) -> VariableTracker:
-        kind = "an nn.Module" if isinstance(self.value, torch.nn.Module) else "a user object"
-        unimplemented(f"calling {kind} ({type(self.value).__qualname__}) is not supported yet")
-
-    def __repr__(self) -> str:
-        return f"UserObjectVariable({type(self.value).__qualname__})"
+        return ConstantVariable(None)

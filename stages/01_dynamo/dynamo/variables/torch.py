@@ -1,9 +1,12 @@
-"""TorchFunctionVariable: a callable from the torch namespace (torch.*, torch.nn.functional.*).
+"""Torch callables: functions of the torch namespace, and grad-mode context managers.
 
-Input: the function object, found through LOAD_GLOBAL / LOAD_ATTR on a torch
-module. Output: a ``call_function`` node in the graph whose example value
-comes from running the same function on meta tensors (see
-OutputGraph.create_op); functions that change global state are refused.
+Input: a callable found through LOAD_GLOBAL / LOAD_ATTR on a torch module
+(``torch.sin``, ``F.linear``, ``torch.Tensor.add``), or ``torch.no_grad()`` /
+``torch.enable_grad()`` / ``torch.set_grad_enabled(b)`` in a ``with``.
+Output: a ``call_function`` node whose example value comes from running the
+same function on meta tensors (OutputGraph.create_op); for grad mode, a
+``torch._C._set_grad_enabled`` node at entry and exit, with the real mode
+switched while tracing so example values get the right ``requires_grad``.
 Chapter: book/docs/dynamo.md ("Calling torch").
 """
 
@@ -16,17 +19,19 @@ import torch
 
 from ..exc import unimplemented
 from .base import VariableTracker
+from .constant import ConstantVariable
 
 if TYPE_CHECKING:
-    from ..symbolic_convert import InstructionTranslator
+    from ..symbolic_convert import InstructionTranslatorBase as InstructionTranslator
 
 # Calls whose effect is not a tensor result but a change of global state; a
 # graph would replay them at the wrong time or not at all.
 _GLOBAL_STATE_FUNCTIONS = frozenset({
-    torch.set_grad_enabled, torch.manual_seed, torch.seed, torch.set_default_dtype,
+    torch.manual_seed, torch.seed, torch.set_default_dtype,
     torch.set_default_device, torch.set_printoptions, torch.save, torch.load,
-    torch.autograd.grad, torch.autograd.backward, torch.no_grad, torch.enable_grad,
+    torch.autograd.grad, torch.autograd.backward,
 })
+_GRAD_MODE_CLASSES = {torch.no_grad: False, torch.enable_grad: True}
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -43,9 +48,55 @@ class TorchFunctionVariable(VariableTracker):
         self, tx: InstructionTranslator, args: list[VariableTracker],
         kwargs: dict[str, VariableTracker],
     ) -> VariableTracker:
-        if self.value in _GLOBAL_STATE_FUNCTIONS:
-            unimplemented(f"torch.{self.value.__name__}() changes global state")
-        return tx.output.create_op("call_function", self.value, args, kwargs)
+        fn = self.value
+        if fn in _GRAD_MODE_CLASSES and not args and not kwargs:
+            return GradModeVariable(_GRAD_MODE_CLASSES[fn])
+        if fn is torch.set_grad_enabled and len(args) == 1:
+            mode, previous = bool(args[0].as_python_constant()), torch.is_grad_enabled()
+            tx.enter_grad_mode(mode)  # takes effect now, like the real call
+            return GradModeVariable(mode, entered=True, previous=previous)
+        if fn is torch.is_grad_enabled and not args:
+            return ConstantVariable(torch.is_grad_enabled())
+        if fn in _GLOBAL_STATE_FUNCTIONS:
+            unimplemented(f"torch.{fn.__name__}() changes global state")
+        if isinstance(fn, type) and fn in (torch.autocast, torch.amp.autocast):
+            unimplemented("torch.autocast is not captured yet (it runs eagerly)")
+        if hasattr(fn, "__wrapped__"):
+            unimplemented(f"{getattr(fn, '__qualname__', fn)} is a decorated torch function")
+        return tx.output.create_op("call_function", fn, args, kwargs)
+
+    def reconstruct(self, rt: Any) -> Any:
+        return self.value
 
     def __repr__(self) -> str:
         return f"TorchFunctionVariable({getattr(self.value, '__name__', self.value)})"
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class GradModeVariable(VariableTracker):
+    """``torch.no_grad()`` & co. as a context manager: ``enter`` / ``exit`` switch grad mode."""
+
+    mode: bool
+    entered: bool = False  # set_grad_enabled(b) switches on the call, not on __enter__
+    previous: bool = True  # the mode before the call, when ``entered``
+
+    def enter(self, tx: InstructionTranslator) -> VariableTracker:
+        if self.entered:
+            return WithExitVariable(self.previous)
+        previous = torch.is_grad_enabled()
+        tx.enter_grad_mode(self.mode)
+        return WithExitVariable(previous)
+
+    def var_getattr(self, tx, name):
+        unimplemented(f"attribute .{name} of a grad-mode context manager")
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class WithExitVariable(VariableTracker):
+    """The ``__exit__`` that BEFORE_WITH leaves on the stack: restores the previous mode."""
+
+    previous: bool
+
+    def call_function(self, tx, args, kwargs):
+        tx.enter_grad_mode(self.previous)
+        return ConstantVariable(None)

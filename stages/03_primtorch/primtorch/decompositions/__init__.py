@@ -7,6 +7,6 @@ Output: entries in ``primtorch.registry.decomposition_table``.
 Chapter: book/docs/primtorch.md ("The decomposition table").
 """
 
-from primtorch.decompositions import elementwise, normalization, reductions, views
+from primtorch.decompositions import creation, elementwise, normalization, reductions, views
 
-__all__ = ["elementwise", "normalization", "reductions", "views"]
+__all__ = ["creation", "elementwise", "normalization", "reductions", "views"]

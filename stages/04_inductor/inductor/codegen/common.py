@@ -1,6 +1,6 @@
 """What the Triton and C++ printers share: index plans, index printing, CSE, kernel args.
 
-Input: a ``scheduler.FusedGroup`` (pointwise nodes over the same ranges) and the set of
+Input: a ``scheduler.FusedGroup`` (nodes placed in one kernel space) and the set of
 buffers that live only inside the kernel.
 Output: ``Kernel``, an ops handler that turns the group's loop bodies into lines of code;
 subclasses (``TritonKernel``, ``CppKernel``) say how each op is spelled.
@@ -17,9 +17,11 @@ contiguous elementwise kernel collapses to a single index, and the loads become 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import itertools
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import sympy
@@ -27,8 +29,8 @@ import torch
 from primtorch import prims
 
 from inductor.ir import FloorDiv, index_vars
-from inductor.scheduler import FusedGroup
-from inductor.virtualized import ReadWritesHandler, V
+from inductor.scheduler import FusedGroup, Placement, SchedulerNode
+from inductor.virtualized import V
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,9 +73,11 @@ def _mergeable(outer: sympy.Symbol, inner: sympy.Symbol, inner_size: int,
     return True
 
 
-def plan_indices(ranges: Sequence[sympy.Expr], exprs: Sequence[sympy.Expr]) -> IndexPlan:
-    """Collapse adjacent dims where legal; see [Note: collapsing dims]."""
-    dims = [(sym, int(size)) for sym, size in zip(index_vars(ranges), ranges)
+def plan_indices(ranges: Sequence[sympy.Expr], exprs: Sequence[sympy.Expr],
+                 prefix: str = "i", out_prefix: str = "x") -> IndexPlan:
+    """Collapse adjacent dims where legal; see [Note: collapsing dims]. The dims' symbols are
+    ``index_vars(ranges, prefix)``; the kernel's loop variables are ``<out_prefix>0, ...``."""
+    dims = [(sym, int(size)) for sym, size in zip(index_vars(ranges, prefix), ranges)
             if isinstance(sym, sympy.Symbol)]
     exprs = [sympy.expand(sympy.sympify(e)) for e in exprs]
     replacements: dict[sympy.Symbol, sympy.Expr] = {}
@@ -87,9 +91,10 @@ def plan_indices(ranges: Sequence[sympy.Expr], exprs: Sequence[sympy.Expr]) -> I
             replacements[outer] = sympy.Integer(0)
             dims[k:k + 2] = [(inner, n_outer * n_inner)]
         k -= 1
-    final = [sympy.Symbol(f"x{j}", integer=True, nonnegative=True) for j in range(len(dims))]
+    final = [sympy.Symbol(f"{out_prefix}{j}", integer=True, nonnegative=True)
+             for j in range(len(dims))]
     rename = {sym: new for (sym, _), new in zip(dims, final)}
-    for sym in index_vars(ranges):
+    for sym in index_vars(ranges, prefix):
         if isinstance(sym, sympy.Symbol):
             replacements[sym] = replacements.get(sym, sym).xreplace(rename)
     return IndexPlan([n for _, n in dims], final, replacements)
@@ -124,66 +129,183 @@ def kernel_name(prefix: str, group: FusedGroup, number: int) -> str:
     return f"{prefix}_fused_{'_'.join(names[:6]) or 'copy'}_{number}"
 
 
+@dataclasses.dataclass
+class Scope:
+    """What straight-line code can reuse: temporaries by expression text (CSE), and values
+    stored earlier in the kernel by (buffer, index). A loop over r opens a new scope."""
+
+    cse: dict[str, CSEVariable] = dataclasses.field(default_factory=dict)
+    stored: dict[tuple[str, str], CSEVariable] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass
+class Loop:
+    """One loop over the reduced elements: set-up lines, the body, and lines after it."""
+
+    prefix: list[str] = dataclasses.field(default_factory=list)
+    body: list[str] = dataclasses.field(default_factory=list)
+    suffix: list[str] = dataclasses.field(default_factory=list)
+    accumulators: list[tuple[str, str]] = dataclasses.field(default_factory=list)
+
+
+def plan_loops(nodes: list[SchedulerNode], placements: dict[str, Placement]) -> list:
+    """The order a looped reduction kernel runs its nodes in: "x" nodes once per row, the
+    others in loops over r (a list of nodes). A loop ends before a node that reads a
+    reduction computed in it; see [Note: reduction fusion]."""
+    blocks: list = []
+    loop: list | None = None
+    loop_at, reduced = 0, set()
+    for node in nodes:
+        needs = {name for name, _ in node.reads} & reduced
+        if placements[node.name].kind == "x":
+            if needs:
+                loop, reduced = None, set()
+            if loop is None:
+                blocks.append(node)
+            else:  # independent of the open loop: run it before the loop
+                blocks.insert(loop_at, node)
+                loop_at += 1
+            continue
+        if loop is None or needs:
+            loop, reduced, loop_at = [], set(), len(blocks)
+            blocks.append(loop)
+        loop.append(node)
+        if node.is_reduction():
+            reduced.add(node.name)
+    return blocks
+
+
 class Kernel:
-    """An ops handler that prints one fused group as straight-line code.
+    """An ops handler that prints one fused group as code.
 
     Subclasses provide ``OPS`` (op name -> function of argument strings and input dtype
-    returning an expression) and the spelling of loads, stores, constants and casts.
+    returning an expression) and the spelling of loads, stores, constants, casts and
+    reductions. Code goes to ``self.lines``; inside a loop over r that is the loop's body.
     """
 
     OPS: dict[str, Callable[..., str]] = {}
 
     def __init__(self, group: FusedGroup, removed: set[str], buffers: dict[str, Any]) -> None:
         self.group, self.removed, self.buffers = group, removed, buffers
-        self.body: list[str] = []
-        self.cse: dict[str, CSEVariable] = {}
-        self.stored: dict[tuple[str, str], CSEVariable] = {}
+        self.space = group.space
+        self.placements = dict(zip((n.name for n in group.nodes), group.placements()))
+        self.nodes = {n.name: n for n in group.nodes}
+        self.lines: list[str] = []
+        self.scopes = [Scope()]
+        self.loop: Loop | None = None
+        self.counter = itertools.count()
         self.in_args: dict[str, str] = {}  # buffer name -> kernel arg name
         self.out_args: dict[str, str] = {}
-        handler = ReadWritesHandler()
-        with V.set_ops_handler(handler):
-            self.run_bodies()
-        self.plan = plan_indices(group.ranges, handler.indices)
-        self.numel = math.prod(int(s) for s in group.ranges)
+        indices = [e for n in group.nodes for e in n.accesses(self.space).indices]
+        self.plan = plan_indices(self.space[0], indices, "i", "x")
+        self.rplan = plan_indices(self.space[1], indices, "j", "r")
+        self.numel = math.prod(int(s) for s in self.space[0])
+        self.rnumel = math.prod(int(s) for s in self.space[1])
 
-    def run_bodies(self) -> None:
-        for node in self.group.nodes:
-            buf = node.buffer
-            buf.data.store_output(buf.name, buf.layout, index_vars(buf.layout.size))
+    def run_node(self, node: SchedulerNode) -> None:
+        node.run(self.placements[node.name])
 
     def generate_body(self) -> None:
+        """Every node in program order, in one scope (pointwise and persistent kernels)."""
         with V.set_ops_handler(self):
-            self.run_bodies()
+            for node in self.group.nodes:
+                self.run_node(node)
+
+    def generate_looped_body(self) -> None:
+        """Nodes in the order ``plan_loops`` gives, each loop over r in a scope of its own."""
+        with V.set_ops_handler(self):
+            for block in plan_loops(self.group.nodes, self.placements):
+                if isinstance(block, list):
+                    with self.loop_over_r():
+                        for node in block:
+                            self.run_node(node)
+                else:
+                    self.run_node(block)
+
+    @contextlib.contextmanager
+    def loop_over_r(self) -> Iterator[Loop]:
+        outer, self.loop = self.lines, Loop()
+        self.lines = self.loop.body
+        self.scopes.append(Scope())
+        try:
+            yield self.loop
+        finally:
+            self.scopes.pop()
+            self.lines = outer
+            self.lines.extend(self.loop_lines(self.loop))
+            self.loop = None
+
+    def lookup(self, table: str, key: Any) -> CSEVariable | None:
+        for scope in reversed(self.scopes):
+            if key in getattr(scope, table):
+                return getattr(scope, table)[key]
+        return None
 
     def new_var(self, expr: str, dtype: torch.dtype) -> CSEVariable:
         """Common subexpression elimination: the same text gives the same temporary."""
-        if expr not in self.cse:
-            var = CSEVariable(f"tmp{len(self.cse)}", dtype)
-            self.body.append(self.assign(var, expr))
-            self.cse[expr] = var
-        return self.cse[expr]
+        var = self.lookup("cse", expr)
+        if var is None:
+            var = self.fresh(dtype)
+            self.lines.append(self.assign(var, expr))
+            self.scopes[-1].cse[expr] = var
+        return var
+
+    def fresh(self, dtype: torch.dtype, prefix: str = "tmp") -> CSEVariable:
+        return CSEVariable(f"{prefix}{next(self.counter)}", dtype)
+
+    def rewrite(self, index: sympy.Expr) -> sympy.Expr:
+        return self.rplan.rewrite(self.plan.rewrite(index))
 
     def index(self, index: sympy.Expr) -> str:
-        return print_index(self.plan.rewrite(index), self.DIV)
+        return print_index(self.rewrite(index), self.DIV)
 
     # ---- the ops handler API ------------------------------------------------------
     def load(self, name: str, index: sympy.Expr) -> CSEVariable:
         key = (name, self.index(index))
-        if key in self.stored:  # written earlier in this kernel: reuse the value
-            return self.stored[key]
+        var = self.lookup("stored", key)
+        if var is None and name in self.nodes:  # computed in an earlier loop: recompute
+            self.run_node(self.nodes[name])
+            var = self.lookup("stored", key)
+        if var is not None:
+            return var
         if name not in self.in_args:
             self.in_args[name] = f"in_ptr{len(self.in_args)}"
         dtype = self.buffers[name].get_dtype()
-        return self.new_var(self.load_expr(self.in_args[name], key[1], dtype), dtype)
+        mask = self.mask_for(self.rewrite(index))
+        return self.new_var(self.load_expr(self.in_args[name], key[1], dtype, mask), dtype)
 
     def store(self, name: str, index: sympy.Expr, value: CSEVariable) -> None:
         key = (name, self.index(index))
-        self.stored[key] = value
+        self.scopes[-1].stored[key] = value
+        if name in self.removed or name in self.out_args:  # never stored, or stored before
+            return
+        self.out_args[name] = f"out_ptr{len(self.out_args)}"
+        mask = self.mask_for(self.rewrite(index))
+        self.lines.append(self.store_line(self.out_args[name], key[1], value,
+                                          self.buffers[name].get_dtype(), mask))
+
+    def store_reduction(self, name: str, index: sympy.Expr, value: CSEVariable) -> None:
+        """A row's result: stored once the loop over r is done, visible to later loops."""
+        key = (name, self.index(index))
+        self.scopes[0].stored[key] = value
         if name in self.removed:
             return
         self.out_args[name] = f"out_ptr{len(self.out_args)}"
-        self.body.append(self.store_line(self.out_args[name], key[1], value,
-                                         self.buffers[name].get_dtype()))
+        lines = self.loop.suffix if self.loop is not None else self.lines
+        lines.append(self.store_line(self.out_args[name], key[1], value,
+                                     self.buffers[name].get_dtype(), self.mask_for(
+                                         self.rewrite(index))))
+
+    def reduction(self, dtype: torch.dtype, reduction_type: str,
+                  value: CSEVariable) -> CSEVariable:
+        if self.loop is None:
+            expr = self.reduce_expr(value, reduction_type, dtype)
+            result = self.fresh(dtype)
+            self.lines.append(self.assign(result, expr))
+        else:
+            result = self.fresh(dtype)
+            self.accumulate(self.loop, result, value, reduction_type, dtype)
+        return result
 
     def constant(self, value: Any, dtype: torch.dtype) -> CSEVariable:
         return self.new_var(self.constant_expr(value, dtype), dtype)
@@ -213,10 +335,14 @@ class Kernel:
     def assign(self, var: CSEVariable, expr: str) -> str:
         raise NotImplementedError
 
-    def load_expr(self, arg: str, index: str, dtype: torch.dtype) -> str:
+    def mask_for(self, index: sympy.Expr) -> str:
+        return ""
+
+    def load_expr(self, arg: str, index: str, dtype: torch.dtype, mask: str) -> str:
         raise NotImplementedError
 
-    def store_line(self, arg: str, index: str, value: CSEVariable, dtype: torch.dtype) -> str:
+    def store_line(self, arg: str, index: str, value: CSEVariable, dtype: torch.dtype,
+                   mask: str) -> str:
         raise NotImplementedError
 
     def constant_expr(self, value: Any, dtype: torch.dtype) -> str:
@@ -228,13 +354,27 @@ class Kernel:
     def to_dtype_expr(self, x: CSEVariable, src: torch.dtype, dst: torch.dtype) -> str:
         raise NotImplementedError
 
+    def reduce_expr(self, value: CSEVariable, reduction_type: str, dtype: torch.dtype) -> str:
+        """A whole row reduced in one expression (persistent kernels)."""
+        raise NotImplementedError
+
+    def accumulate(self, loop: Loop, result: CSEVariable, value: CSEVariable,
+                   reduction_type: str, dtype: torch.dtype) -> None:
+        """Accumulator set-up in ``loop.prefix``, update in the body, ``result`` after."""
+        raise NotImplementedError
+
+    def loop_lines(self, loop: Loop) -> list[str]:
+        raise NotImplementedError
+
     def call_args(self) -> list[str]:
         """Buffer names in the order the kernel takes them: inputs, then outputs."""
         return list(self.in_args) + list(self.out_args)
 
     def header(self, comment: str) -> list[str]:
         names = ", ".join(n.name for n in self.group.nodes)
-        sizes = ", ".join(str(s) for s in self.group.ranges)
-        return [f"{comment} Fused kernel for {names} over [{sizes}]; ops: "
+        sizes = ", ".join(str(s) for s in self.space[0])
+        rsizes = ", ".join(str(s) for s in self.space[1])
+        over = f"[{sizes}]" + (f", reducing [{rsizes}]" if self.space[1] else "")
+        return [f"{comment} Fused kernel for {names} over {over}; ops: "
                 f"{', '.join(dict.fromkeys(o for n in self.group.nodes for o in n.op_names))}",
                 f"{comment} Generated by minipt2 inductor; see book/docs/inductor.md"]

@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from inductor.codegen.common import CSEVariable, Kernel, kernel_name
+from inductor.codegen.common import CSEVariable, Kernel, Loop, kernel_name
 from inductor.codegen.triton import KernelSource
 from inductor.scheduler import FusedGroup
 
@@ -136,14 +136,15 @@ class CppKernel(Kernel):
         # An explicit type, not auto: C++ promotes int8 + int8 to int, torch wraps to int8.
         return f"{compute_type(var.dtype)} {var} = {expr};"
 
-    def load_expr(self, arg: str, index: str, dtype: torch.dtype) -> str:
+    def load_expr(self, arg: str, index: str, dtype: torch.dtype, mask: str) -> str:
         if dtype == torch.bfloat16:
             return f"bf16_to_float({arg}[{index}])"
         if dtype == torch.float16:
             return f"static_cast<float>({arg}[{index}])"
         return f"{arg}[{index}]"
 
-    def store_line(self, arg: str, index: str, value: CSEVariable, dtype: torch.dtype) -> str:
+    def store_line(self, arg: str, index: str, value: CSEVariable, dtype: torch.dtype,
+                   mask: str) -> str:
         if dtype == torch.bfloat16:
             return f"{arg}[{index}] = float_to_bf16({value});"
         return f"{arg}[{index}] = static_cast<{CPP_TYPES[dtype]}>({value});"
@@ -168,27 +169,90 @@ class CppKernel(Kernel):
                 for b, a in self.out_args.items()]
         return ", ".join(ins + outs)
 
-    def loop_lines(self) -> list[str]:
+    def pointwise_loops(self) -> list[str]:
         """The loop nest around the body: a parallel outer loop, a contiguous inner loop."""
         sizes, symbols = self.plan.sizes, self.plan.symbols
-        body = ["    " + line for line in self.body]
+        body = ["    " + line for line in self.lines]
         if not sizes:
             return body
         inner = f"for (int64_t {symbols[-1]} = 0; {symbols[-1]} < {sizes[-1]}; ++{symbols[-1]})"
-        outer_size = math.prod(sizes[:-1])
-        parallel = self.numel >= PARALLEL_THRESHOLD
-        pragma = ["#pragma omp parallel for"] if parallel else []
+        pragma = ["#pragma omp parallel for"] if self.numel >= PARALLEL_THRESHOLD else []
         if len(sizes) == 1:
-            return [*pragma, inner + " {", *body, "}"]
-        unflatten, step = [], 1
-        for k in reversed(range(len(sizes) - 1)):
-            expr = "xo" if step == 1 else f"(xo / {step})"
-            expr = expr if k == 0 else f"{expr} % {sizes[k]}"
-            unflatten.append(f"    const int64_t {symbols[k]} = {expr};")
-            step *= sizes[k]
-        return [*pragma, f"for (int64_t xo = 0; xo < {outer_size}; ++xo) {{",
-                *reversed(unflatten), "    " + inner + " {",
-                *("    " + line for line in body), "    }", "}"]
+            return [*pragma, "#pragma omp simd", inner + " {", *body, "}"]
+        return [*pragma, f"for (int64_t xo = 0; xo < {math.prod(sizes[:-1])}; ++xo) {{",
+                *unflatten("xo", sizes[:-1], symbols[:-1]), "    #pragma omp simd",
+                "    " + inner + " {", *("    " + line for line in body), "    }", "}"]
+
+    def reduction_loops(self) -> list[str]:
+        """One (parallel) loop over output rows; inside it, the loops over r and "x" code."""
+        body = ["    " + line for line in self.lines]
+        sizes, symbols = self.plan.sizes, self.plan.symbols
+        if not sizes:
+            return ["{", *body, "}"]
+        parallel = self.numel > 1 and self.numel * self.rnumel >= PARALLEL_THRESHOLD
+        return [*(["#pragma omp parallel for"] if parallel else []),
+                f"for (int64_t xo = 0; xo < {self.numel}; ++xo) {{",
+                *unflatten("xo", sizes, symbols), *body, "}"]
+
+    # ---- reductions: accumulate in registers inside a loop over r ----------------------
+    def accumulate(self, loop: Loop, result: CSEVariable, value: CSEVariable,
+                   reduction_type: str, dtype: torch.dtype) -> None:
+        acc = self.fresh(dtype, "acc")
+        ctype = accumulator_type(dtype)
+        loop.prefix.append(f"{ctype} {acc} = {_literal(identity(reduction_type, dtype), dtype)};")
+        nan = reduction_type in ("max", "min") and dtype.is_floating_point
+        if reduction_type in ("sum", "prod"):
+            op = "+" if reduction_type == "sum" else "*"
+            self.lines.append(f"{acc} = {acc} {op} {value};")
+        else:
+            op = reduction_type
+            better = ">" if reduction_type == "max" else "<"
+            self.lines.append(f"{acc} = {value} {better} {acc} ? {value} : {acc};")
+        loop.accumulators.append((op, str(acc)))
+        final = str(acc)
+        if nan:  # max/min that propagate NaN: a flag reduced with |, vectorisable
+            loop.prefix.append(f"bool {acc}_nan = false;")
+            self.lines.append(f"{acc}_nan = {acc}_nan | ({value} != {value});")
+            loop.accumulators.append(("|", f"{acc}_nan"))
+            final = f"{acc}_nan ? std::numeric_limits<{ctype}>::quiet_NaN() : {acc}"
+        loop.suffix.append(self.assign(result, final))
+
+    def loop_lines(self, loop: Loop) -> list[str]:
+        sizes, symbols = self.rplan.sizes, self.rplan.symbols
+        clauses = " ".join(f"reduction({op}:{acc})" for op, acc in loop.accumulators)
+        var = str(symbols[0]) if len(sizes) == 1 else "ro"
+        header = f"for (int64_t {var} = 0; {var} < {self.rnumel}; ++{var}) {{"
+        inner = [] if len(sizes) == 1 else unflatten("ro", sizes, symbols)
+        return [*loop.prefix, f"#pragma omp simd {clauses}".rstrip(), header, *inner,
+                *("    " + line for line in loop.body), "}", *loop.suffix]
+
+
+def unflatten(flat: str, sizes: list[int], symbols: list[Any]) -> list[str]:
+    """``const int64_t x_k = (flat / inner) % size_k;`` for each dim (outer to inner)."""
+    if len(sizes) == 1:
+        return [f"    const int64_t {symbols[0]} = {flat};"]
+    lines, step = [], 1
+    for k in reversed(range(len(sizes))):
+        expr = flat if step == 1 else f"({flat} / {step})"
+        expr = expr if k == 0 else f"{expr} % {sizes[k]}"
+        lines.append(f"    const int64_t {symbols[k]} = {expr};")
+        step *= sizes[k]
+    return list(reversed(lines))
+
+
+def identity(reduction_type: str, dtype: torch.dtype) -> Any:
+    if reduction_type in ("sum", "prod"):
+        return 0.0 if reduction_type == "sum" else 1.0
+    if dtype.is_floating_point:
+        return float("-inf") if reduction_type == "max" else float("inf")
+    info = torch.iinfo(dtype)
+    return info.min if reduction_type == "max" else info.max
+
+
+def accumulator_type(dtype: torch.dtype) -> str:
+    if dtype.is_floating_point:
+        return "double" if dtype == torch.float64 else "float"
+    return "int64_t"
 
 
 # --8<-- [start:cpp-kernel]
@@ -196,13 +260,18 @@ def generate_cpp_kernel(group: FusedGroup, removed: set[str], buffers: dict[str,
                         number: int) -> KernelSource:
     """Print ``group`` as ``extern "C" void name(pointers...)`` running its loop nest."""
     kernel = CppKernel(group, removed, buffers)
-    kernel.generate_body()
+    if group.is_reduction():
+        kernel.generate_looped_body()
+        loops = kernel.reduction_loops()
+    else:
+        kernel.generate_body()
+        loops = kernel.pointwise_loops()
     name = kernel_name("cpp", group, number)
     lines = [
         *kernel.header("//"),
         PRELUDE,
         f'extern "C" void {name}({kernel.params()}) {{',
-        *("    " + line for line in kernel.loop_lines()),
+        *("    " + line for line in loops),
         "}",
     ]
     return KernelSource(name, "\n".join(lines) + "\n", kernel.call_args(), kernel.numel, {})

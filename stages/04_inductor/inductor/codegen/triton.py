@@ -1,4 +1,4 @@
-"""The Triton printer: one fused pointwise group -> one ``@triton.jit`` kernel's source.
+"""The Triton printer: one fused group -> one ``@triton.jit`` kernel's source.
 
 Input: a ``scheduler.FusedGroup``, the buffers removed by the scheduler, and the name ->
 buffer map. Output: ``TritonKernelSource`` (kernel name, source text, buffer arguments in
@@ -6,10 +6,12 @@ call order, numel, launch parameters); ``codecache.TritonCodeCache`` turns it in
 
 Chapter: book/docs/inductor.md ("Triton kernels").
 
-Each program instance handles ``XBLOCK`` consecutive flat positions ``xindex``; ``xmask``
-guards the tail when numel is not a multiple of ``XBLOCK``. Per-dim indices are recovered
-from ``xindex`` with ``//`` and ``%`` (after collapsing dims, see [Note: collapsing dims]),
-loads go through each buffer's own strides, so non-contiguous inputs need no copy.
+A pointwise kernel: each program instance handles ``XBLOCK`` consecutive flat positions
+``xindex``; ``xmask`` guards the tail when numel is not a multiple of ``XBLOCK``. Per-dim
+indices are recovered from ``xindex`` with ``//`` and ``%`` (after collapsing dims, see
+[Note: collapsing dims]), loads go through each buffer's own strides, so non-contiguous
+inputs need no copy. A reduction kernel works on 2-D tiles, ``XBLOCK`` rows by ``RBLOCK``
+reduced elements; see [Note: triton reductions] in ``triton_reduction.py``.
 
 [Note: triton interpreter]
 Without a CUDA device, kernels run on CPU tensors through Triton's interpreter, which is
@@ -139,8 +141,8 @@ class TritonKernel(Kernel):
 
     def index(self, index: Any) -> str:
         text = super().index(index)
-        if not self.plan.rewrite(index).free_symbols:  # a scalar address: make it a block
-            return f"tl.full([XBLOCK], {text}, tl.int32)"
+        if not self.rewrite(index).free_symbols:  # a scalar address: make it a block
+            return f"tl.full({self.BLOCK_SHAPE}, {text}, tl.int32)"
         return text
 
     def narrow(self, x: str, dtype: torch.dtype) -> str:
@@ -151,18 +153,25 @@ class TritonKernel(Kernel):
                  ".to(tl.float32, bitcast=True)")
         return f"{x}.to({TRITON_TYPES[dtype]})"
 
-    def load_expr(self, arg: str, index: str, dtype: torch.dtype) -> str:
-        upcast = ".to(tl.float32)" if dtype in LOW_PRECISION else ""
-        return f"tl.load({arg} + ({index}), xmask){upcast}"
+    def mask_for(self, index: Any) -> str:
+        return "xmask"
 
-    def store_line(self, arg: str, index: str, value: CSEVariable, dtype: torch.dtype) -> str:
+    def load_expr(self, arg: str, index: str, dtype: torch.dtype, mask: str) -> str:
+        upcast = ".to(tl.float32)" if dtype in LOW_PRECISION else ""
+        return f"tl.load({arg} + ({index}){', ' + mask if mask else ''}){upcast}"
+
+    def store_line(self, arg: str, index: str, value: CSEVariable, dtype: torch.dtype,
+                   mask: str) -> str:
+        mask = f", {mask}" if mask else ""
         if dtype in LOW_PRECISION:
-            return f"tl.store({arg} + ({index}), {self.narrow(str(value), dtype)}, xmask)"
+            return f"tl.store({arg} + ({index}), {self.narrow(str(value), dtype)}{mask})"
         cast = "" if value.dtype == dtype else f".to({TRITON_TYPES[dtype]})"
-        return f"tl.store({arg} + ({index}), {value}{cast}, xmask)"
+        return f"tl.store({arg} + ({index}), {value}{cast}{mask})"
+
+    BLOCK_SHAPE = "[XBLOCK]"  # the shape of a value that is the same for every element
 
     def constant_expr(self, value: Any, dtype: torch.dtype) -> str:
-        return f"tl.full([XBLOCK], {_literal(value)}, {compute_type(dtype)})"
+        return f"tl.full({self.BLOCK_SHAPE}, {_literal(value)}, {compute_type(dtype)})"
 
     def index_expr_text(self, index: str, dtype: torch.dtype) -> str:
         return f"({index}).to({compute_type(dtype)})"
@@ -174,17 +183,23 @@ class TritonKernel(Kernel):
             return f"({x} != 0)"
         return f"{x}.to({TRITON_TYPES[dst]})"
 
-    def index_lines(self) -> list[str]:
+    def index_lines(self, plan: Any = None, flat: str = "xindex") -> list[str]:
         """``x_k = (xindex // inner) % size`` for each collapsed loop variable."""
         lines, inner = [], 1
-        sizes, symbols = self.plan.sizes, self.plan.symbols
+        plan = plan or self.plan
+        sizes, symbols = plan.sizes, plan.symbols
         for k in reversed(range(len(sizes))):
-            expr = "xindex" if inner == 1 else f"(xindex // {inner})"
+            expr = flat if inner == 1 else f"({flat} // {inner})"
             if k > 0:
                 expr = f"{expr} % {sizes[k]}"
             lines.append(f"{symbols[k]} = {expr}")
             inner *= sizes[k]
         return list(reversed(lines))
+
+
+def imports() -> list[str]:
+    return ["import triton", "import triton.language as tl",
+            "" if interpreting() else "from triton.language.extra import libdevice", "", ""]
 
 
 @dataclasses.dataclass
@@ -195,7 +210,8 @@ class KernelSource:
     source: str
     args: list[str]  # buffer names, in the kernel's parameter order
     numel: int
-    launch: dict[str, int]  # Triton: XBLOCK, num_warps; C++: nothing
+    launch: dict[str, int]  # Triton: XBLOCK (RBLOCK), num_warps; C++: nothing
+    rnumel: int | None = None  # reduction kernels: elements reduced per output element
 
 
 def block_size(numel: int) -> tuple[int, int]:
@@ -207,7 +223,7 @@ def block_size(numel: int) -> tuple[int, int]:
 
 def needs_int64_indices(kernel: TritonKernel) -> bool:
     """Whether a flat position or an element offset may pass 2**31 - 1."""
-    extents = [kernel.numel]
+    extents = [kernel.numel * max(1, kernel.rnumel)]
     for name in kernel.call_args():
         layout = kernel.buffers[name].layout
         extents.append(1 + sum((int(n) - 1) * int(s) for n, s in zip(layout.size, layout.stride)))
@@ -219,6 +235,10 @@ def generate_triton_kernel(group: FusedGroup, removed: set[str], buffers: dict[s
                            number: int) -> KernelSource:
     """Print ``group`` as a Triton pointwise kernel over a flat, masked ``xindex``."""
     ensure_interpreter_if_no_gpu()  # decides libdevice vs tl below
+    if group.is_reduction():
+        from inductor.codegen.triton_reduction import generate_triton_reduction
+
+        return generate_triton_reduction(group, removed, buffers, number)
     kernel = TritonKernel(group, removed, buffers)
     kernel.generate_body()
     name = kernel_name("triton_poi", group, number)
@@ -227,11 +247,7 @@ def generate_triton_kernel(group: FusedGroup, removed: set[str], buffers: dict[s
                         "XBLOCK: tl.constexpr"])
     lines = [
         *kernel.header("#"),
-        "import triton",
-        "import triton.language as tl",
-        "" if interpreting() else "from triton.language.extra import libdevice",
-        "",
-        "",
+        *imports(),
         "@triton.jit",
         f"def {name}({params}):",
         f"    xoffset = tl.program_id(0){wide} * XBLOCK",

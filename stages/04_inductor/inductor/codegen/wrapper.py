@@ -108,8 +108,9 @@ class WrapperCodeGen:
                 self.allocate(node.buffer)
         if self.target == "triton":
             launch = ", ".join(f"{k}={v}" for k, v in kernel.launch.items())
+            sizes = [kernel.numel] + ([kernel.rnumel] if kernel.rnumel is not None else [])
             self.lines.append(f"    {kernel.name}[grid({kernel.numel})]"
-                              f"({', '.join(kernel.args)}, {kernel.numel}, {launch})")
+                              f"({', '.join([*kernel.args, *map(str, sizes)])}, {launch})")
         else:
             ptrs = ", ".join(f"{a}.data_ptr()" for a in kernel.args)
             self.lines.append(f"    {kernel.name}({ptrs})")

@@ -1,0 +1,179 @@
+"""NNModuleVariable: an ``nn.Module`` reached from the frame (``self``, ``self.fc``).
+
+Input: a module with a source. Output: attribute reads resolved like
+``nn.Module.__getattr__`` (instance attributes, then ``_parameters``,
+``_buffers``, ``_modules``, then the class); calling a module inlines its
+``forward`` so common layers (Linear, Conv2d, BatchNorm2d, LayerNorm,
+Embedding, Dropout...) record the ``torch.nn.functional`` calls they make;
+containers (Sequential, ModuleList, ModuleDict) iterate and index at trace time.
+Chapter: book/docs/dynamo.md ("Modules").
+
+# [Note: module guards]
+# A module is guarded by identity (``id(self.fc) == ...``): a different
+# object could have a different forward. Its parameters and buffers are
+# graph inputs fetched by source on every call (``self.fc.weight``), with
+# the usual tensor guards, so replacing a weight with one of another shape
+# recompiles and updating it in place needs nothing. Plain attributes that
+# steered the trace (``self.training``, ``self.eps``) are guarded by value,
+# so ``model.eval()`` recompiles. Hooks are not traced: a module with hooks
+# gives up, with the reason.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from ..exc import UserErrorInTrace, unimplemented
+from .base import VariableTracker
+from .constant import ConstantVariable
+from .user_defined import class_attribute
+
+if TYPE_CHECKING:
+    from ..codegen import Residual
+    from ..symbolic_convert import InstructionTranslatorBase as InstructionTranslator
+
+_CONTAINERS = (torch.nn.Sequential, torch.nn.ModuleList, torch.nn.ModuleDict,
+               torch.nn.ParameterList, torch.nn.ParameterDict)
+
+
+def has_hooks(module: torch.nn.Module) -> bool:
+    hooks = torch.nn.modules.module
+    local = (module._forward_hooks, module._forward_pre_hooks, module._backward_hooks,
+             getattr(module, "_backward_pre_hooks", {}))
+    shared = (hooks._global_forward_hooks, hooks._global_forward_pre_hooks,
+              hooks._global_backward_hooks, getattr(hooks, "_global_backward_pre_hooks", {}))
+    return any(local) or any(shared)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class NNModuleVariable(VariableTracker):
+    value: torch.nn.Module
+
+    def python_type(self) -> type:
+        return type(self.value)
+
+    def var_getattr(self, tx: InstructionTranslator, name: str) -> VariableTracker:
+        from .builder import wrap_attribute
+
+        module = self.value
+        pending = tx.output.side_effects.pending_attr(module, name)
+        if pending is not None:
+            return pending
+        if name in module.__dict__ or name in ("_parameters", "_buffers", "_modules"):
+            return wrap_attribute(tx, self, module, name)
+        for table in ("_parameters", "_buffers", "_modules"):
+            if name in module.__dict__[table]:
+                return wrap_attribute(tx, self, module, name)
+        found = class_attribute(tx, self, type(module), name)
+        if found is not None:
+            return found
+        msg = f"{type(module).__name__!r} object has no attribute {name!r}"
+        raise UserErrorInTrace(AttributeError(msg))
+
+    def store_attr(self, tx: InstructionTranslator, name: str, value: VariableTracker) -> None:
+        module = self.value
+        if any(name in module.__dict__[t] for t in ("_parameters", "_buffers", "_modules")):
+            unimplemented(f"assigning to the parameter, buffer or submodule .{name}")
+        tx.output.side_effects.store_attr(self, name, value)
+
+    def call_function(
+        self, tx: InstructionTranslator, args: list[VariableTracker],
+        kwargs: dict[str, VariableTracker],
+    ) -> VariableTracker:
+        module = self.value
+        if has_hooks(module):
+            unimplemented(f"calling {type(module).__qualname__} which has hooks registered")
+        cls = type(module)
+        if cls.__call__ is not torch.nn.Module.__call__:
+            unimplemented(f"{cls.__qualname__} overrides __call__")
+        forward = class_attribute(tx, self, cls, "forward")
+        if forward is None:
+            unimplemented(f"{cls.__qualname__} has no forward()")
+        return forward.call_function(tx, args, kwargs)
+
+    def call_method(self, tx, name, args, kwargs):
+        if name in ("__len__", "__getitem__", "__contains__") and isinstance(
+                self.value, _CONTAINERS):
+            return _container_method(tx, self, name, args)
+        if name in ("keys", "values", "items") and isinstance(self.value, torch.nn.ModuleDict):
+            return _module_dict_view(tx, self, name)
+        if name in ("parameters", "buffers", "children", "modules") and not kwargs:
+            return _listing(tx, self, name)
+        return self.var_getattr(tx, name).call_function(tx, args, kwargs)
+
+    def unpack(self, tx: InstructionTranslator) -> list[VariableTracker]:
+        module = self.value
+        if isinstance(module, (torch.nn.ModuleDict, torch.nn.ParameterDict)):
+            return [ConstantVariable(k) for k in module.keys()]
+        if isinstance(module, _CONTAINERS):
+            return [_child(tx, self, i) for i in range(len(module))]
+        unimplemented(f"iterating over a {type(module).__qualname__}")
+
+    def reconstruct(self, rt: Residual) -> Any:
+        if self.source is not None:
+            return rt.eval(self.source)
+        return self.value
+
+    def __repr__(self) -> str:
+        return f"NNModuleVariable({type(self.value).__qualname__}, {self.source})"
+
+
+def _child(tx: InstructionTranslator, parent: NNModuleVariable, key: Any) -> VariableTracker:
+    from .builder import wrap_attribute
+
+    try:
+        parent.value[key]
+    except (IndexError, KeyError, TypeError) as e:
+        raise UserErrorInTrace(e) from e
+    if isinstance(key, slice):
+        unimplemented("slicing a module container")
+    return wrap_attribute(tx, parent, parent.value, key, path=f"[{key!r}]")
+
+
+def _container_method(tx, module_vt: NNModuleVariable, name: str, args):
+    module = module_vt.value
+    if name == "__len__":
+        return ConstantVariable(len(module))
+    if not args[0].is_python_constant():
+        unimplemented(f"{type(module).__qualname__}.{name} with a traced key")
+    key = args[0].as_python_constant()
+    if name == "__contains__":
+        return ConstantVariable(key in module)
+    return _child(tx, module_vt, key)
+
+
+def _module_dict_view(tx, module_vt: NNModuleVariable, name: str):
+    from .lists import TupleVariable
+
+    keys = list(module_vt.value.keys())
+    if name == "keys":
+        return TupleVariable(tuple(ConstantVariable(k) for k in keys))
+    values = [_child(tx, module_vt, k) for k in keys]
+    if name == "values":
+        return TupleVariable(tuple(values))
+    return TupleVariable(tuple(TupleVariable((ConstantVariable(k), v))
+                               for k, v in zip(keys, values)))
+
+
+def _listing(tx, module_vt: NNModuleVariable, name: str):
+    """``self.parameters()`` and friends: every item fetched by its dotted path."""
+    from .builder import wrap
+    from .iter import ListIteratorVariable
+
+    module = module_vt.value
+    if name in ("parameters", "buffers"):
+        named = getattr(module, f"named_{name}")()
+    elif name == "children":
+        named = module.named_children()
+    else:
+        named = module.named_modules()
+    items = []
+    for path, value in named:
+        parts = "".join(f"[{int(p)}]" if p.isdigit() else f".{p}" for p in path.split(".") if p)
+        if module_vt.source is None:
+            unimplemented(f"{name}() of a module without a source")
+        items.append(wrap(tx.output, value, f"{module_vt.source}{parts}"))
+    return ListIteratorVariable(tuple(items))

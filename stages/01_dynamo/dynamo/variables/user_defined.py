@@ -1,0 +1,211 @@
+"""User-defined classes and objects: attribute reads and writes, methods, construction.
+
+Input: an object or class that is not a tensor, a container, a module or a
+function (a config dataclass, a helper object, a namedtuple class). Output:
+attributes resolved at trace time like Python does (instance ``__dict__``
+first, then the class: methods become bound methods that inline,
+properties inline their getter), each guarded through its source; attribute
+writes recorded as side effects (side_effects.py); instances of plain
+classes created during the trace, rebuilt after the graph if they escape.
+Chapter: book/docs/dynamo.md ("Variables", "Side effects").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import types
+from typing import TYPE_CHECKING, Any
+
+from ..exc import UserErrorInTrace, unimplemented
+from .base import MutableLocal, VariableTracker
+from .constant import ConstantVariable
+
+if TYPE_CHECKING:
+    from ..codegen import Residual
+    from ..symbolic_convert import InstructionTranslatorBase as InstructionTranslator
+
+
+def class_attribute(tx: InstructionTranslator, obj_vt: VariableTracker, cls: type,
+                    name: str) -> VariableTracker | None:
+    """``obj.name`` found on the class: a bound method, a property, or a plain value."""
+    from .builder import wrap_static
+    from .functions import UserFunctionVariable, UserMethodVariable, inline_call
+
+    try:
+        attr = inspect.getattr_static(cls, name)
+    except AttributeError:
+        return None
+    if isinstance(attr, types.FunctionType):
+        return UserMethodVariable(attr, obj_vt)
+    if isinstance(attr, staticmethod):
+        return UserFunctionVariable(attr.__func__)
+    if isinstance(attr, classmethod):
+        return UserMethodVariable(attr.__func__, UserDefinedClassVariable(cls))
+    if isinstance(attr, property) and isinstance(attr.fget, types.FunctionType):
+        code = attr.fget.__code__
+        return inline_call(tx, code, attr.fget.__globals__,
+                           {code.co_varnames[0]: obj_vt}, {}, None)
+    if hasattr(attr, "__get__") and not isinstance(attr, (int, float, str, tuple)):
+        unimplemented(f"the descriptor {cls.__qualname__}.{name} ({type(attr).__name__})")
+    return wrap_static(attr, strict=True)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class UserDefinedClassVariable(VariableTracker):
+    """A user class as a value: ``isinstance(x, MyConfig)``, ``Point(1, 2)``."""
+
+    value: type
+
+    def is_python_constant(self) -> bool:
+        return True
+
+    def as_python_constant(self) -> Any:
+        return self.value
+
+    def python_type(self) -> type:
+        return type(self.value)
+
+    def var_getattr(self, tx: InstructionTranslator, name: str) -> VariableTracker:
+        from .builder import wrap_static
+
+        try:
+            attr = inspect.getattr_static(self.value, name)
+        except AttributeError as e:
+            raise UserErrorInTrace(e) from e
+        if isinstance(attr, (staticmethod, classmethod)):
+            return class_attribute(tx, self, self.value, name)
+        return wrap_static(getattr(self.value, name), strict=True)
+
+    def call_function(
+        self, tx: InstructionTranslator, args: list[VariableTracker],
+        kwargs: dict[str, VariableTracker],
+    ) -> VariableTracker:
+        from .lists import NamedTupleVariable
+
+        cls = self.value
+        if issubclass(cls, tuple) and hasattr(cls, "_fields"):
+            fields = cls._fields
+            defaults = getattr(cls, "_field_defaults", {})
+            items = _bind_fields(fields, defaults, args, kwargs)
+            return NamedTupleVariable(tuple(items), cls=cls)
+        if cls.__new__ is not object.__new__ or type(cls) is not type:
+            unimplemented(f"constructing a {cls.__qualname__} (custom __new__ or metaclass)")
+        if inspect.getattr_static(cls, "__setattr__") is not object.__setattr__:
+            unimplemented(f"constructing a {cls.__qualname__} (custom __setattr__)")
+        obj = NewObjectVariable(cls, {})
+        init = inspect.getattr_static(cls, "__init__")
+        if init is not object.__init__:
+            from .functions import UserMethodVariable
+
+            tx.push(obj)  # keep it reachable so replace_all updates it
+            UserMethodVariable(init, obj).call_function(tx, args, kwargs)
+            obj = tx.pop()
+        elif args or kwargs:
+            raise UserErrorInTrace(TypeError(f"{cls.__name__}() takes no arguments"))
+        return obj
+
+    def reconstruct(self, rt: Residual) -> Any:
+        return self.value
+
+    def __repr__(self) -> str:
+        return f"UserDefinedClassVariable({self.value.__qualname__})"
+
+
+def _bind_fields(fields, defaults, args, kwargs):
+    items = list(args)
+    for name in fields[len(args):]:
+        if name in kwargs:
+            items.append(kwargs[name])
+        elif name in defaults:
+            items.append(ConstantVariable(defaults[name]))
+        else:
+            raise UserErrorInTrace(TypeError(f"missing argument {name!r}"))
+    return items
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class UserObjectVariable(VariableTracker):
+    """An object that exists outside the frame (``self.config``, a helper object)."""
+
+    value: Any
+
+    def python_type(self) -> type:
+        return type(self.value)
+
+    def var_getattr(self, tx: InstructionTranslator, name: str) -> VariableTracker:
+        from .builder import wrap_attribute
+
+        pending = tx.output.side_effects.pending_attr(self.value, name)
+        if pending is not None:
+            return pending
+        cls = type(self.value)
+        if inspect.getattr_static(cls, "__getattribute__") is not object.__getattribute__:
+            unimplemented(f"{cls.__qualname__} customises attribute access")
+        instance_dict = getattr(self.value, "__dict__", {})
+        if name in instance_dict:
+            return wrap_attribute(tx, self, self.value, name)
+        found = class_attribute(tx, self, cls, name)
+        if found is not None:
+            return found
+        if hasattr(cls, "__getattr__"):
+            unimplemented(f"{cls.__qualname__}.__getattr__ for .{name}")
+        raise UserErrorInTrace(AttributeError(f"{cls.__name__!r} object has no attribute {name!r}"))
+
+    def store_attr(self, tx: InstructionTranslator, name: str, value: VariableTracker) -> None:
+        tx.output.side_effects.store_attr(self, name, value)
+
+    def call_function(self, tx, args, kwargs):
+        call = inspect.getattr_static(type(self.value), "__call__", None)
+        if not isinstance(call, types.FunctionType):
+            unimplemented(f"calling a {type(self.value).__qualname__} object")
+        from .functions import UserMethodVariable
+
+        return UserMethodVariable(call, self).call_function(tx, args, kwargs)
+
+    def reconstruct(self, rt: Residual) -> Any:
+        if self.source is not None:
+            return rt.eval(self.source)
+        return self.value
+
+    def __repr__(self) -> str:
+        return f"UserObjectVariable({type(self.value).__qualname__})"
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class NewObjectVariable(VariableTracker):
+    """An instance of a plain class created during the trace; ``attrs`` is its __dict__."""
+
+    cls: type
+    attrs: dict[str, VariableTracker]
+
+    def __post_init__(self) -> None:
+        if self.mutable_local is None:
+            object.__setattr__(self, "mutable_local", MutableLocal())
+
+    def python_type(self) -> type:
+        return self.cls
+
+    def var_getattr(self, tx: InstructionTranslator, name: str) -> VariableTracker:
+        if name in self.attrs:
+            return self.attrs[name]
+        found = class_attribute(tx, self, self.cls, name)
+        if found is None:
+            msg = f"{self.cls.__name__!r} object has no attribute {name!r}"
+            raise UserErrorInTrace(AttributeError(msg))
+        return found
+
+    def store_attr(self, tx: InstructionTranslator, name: str, value: VariableTracker) -> None:
+        tx.replace_all(self, self.clone(attrs={**self.attrs, name: value}))
+
+    def reconstruct(self, rt: Residual) -> Any:
+        def build() -> Any:
+            obj = object.__new__(self.cls)
+            for name, value in self.attrs.items():
+                object.__setattr__(obj, name, value.reconstruct(rt))
+            return obj
+
+        return rt.memo(self, build)
+
+    def __repr__(self) -> str:
+        return f"NewObjectVariable({self.cls.__qualname__})"
