@@ -28,13 +28,14 @@ def _demo_artifacts(target: str) -> None:
     import torch
 
     import driver
-    from driver import cli, debug
+    from driver import debug
+    from driver import programs
 
     driver.reset()
-    x, y = cli.demo_inputs(target, numel=1024)
-    compiled = driver.compile(cli.demo, options={"target": target})
+    x, y = programs.demo_inputs(target, numel=1024)
+    compiled = driver.compile(programs.demo, options={"target": target})
     out = compiled(x, y)
-    ok, err = cli.compare(cli.demo(x, y), out)
+    ok, err = programs.compare(programs.demo(x, y), out)
     (record,) = compiled.graphs
     kernels = []
     for key, _title, text in debug.stage_sections(record):
@@ -46,14 +47,14 @@ def _demo_artifacts(target: str) -> None:
     _write(f"demo_{target}/result.txt",
            f"matches eager: {ok} (max abs difference {err:.3g}); "
            f"{len(kernels)} kernel(s) on target {target!r}; inputs {tuple(x.shape)} {x.dtype}")
-    torch.testing.assert_close(out, cli.demo(x, y))
+    torch.testing.assert_close(out, programs.demo(x, y))
 
 
 def _bytecode() -> None:
-    from driver import cli
+    from driver import programs
 
     buffer = io.StringIO()
-    dis.dis(cli.demo, file=buffer)
+    dis.dis(programs.demo, file=buffer)
     _write("demo_bytecode.txt", buffer.getvalue())
 
 

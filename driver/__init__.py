@@ -7,15 +7,30 @@
 Chapter: book/docs/driver.md. The CLI is ``python -m driver`` (see ``driver/cli.py``).
 """
 
+from driver import api
 from driver.api import CompiledFunction, OptimizedModule, compile, reset
 from driver.backends import backend, list_backends, register_backend
+from driver.logs import configure_from_environment, set_logs
+
+
+def explain(fn):
+    """``driver.explain(fn)(*args)``: graphs, graph breaks with reasons and source lines,
+    guards, ops per graph (dynamo's ``explain``); ``print()`` the result."""
+    import dynamo
+
+    return dynamo.explain(fn)
+
+
+configure_from_environment()
 
 __all__ = [
     "CompiledFunction",
     "OptimizedModule",
     "backend",
     "compile",
+    "explain",
     "list_backends",
     "register_backend",
     "reset",
+    "set_logs",
 ]

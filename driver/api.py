@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from driver import debug
+from driver import debug, logs
 from driver.backends import Backend, lookup_backend
 
 MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
@@ -32,6 +32,7 @@ class GraphRecord:
     example_inputs: list
     artifacts: dict[str, str] = field(default_factory=dict)
     guards: list = field(default_factory=list)
+    compiled: object = None  # what the backend returned
 
 
 def _check_arguments(backend, mode, dynamic, fullgraph, options) -> dict:
@@ -64,9 +65,12 @@ class _Recorder:
 
     def __call__(self, gm, example_inputs):
         compiled = self.backend(gm, example_inputs)
-        record = GraphRecord(len(self.records), gm, list(example_inputs))
+        record = GraphRecord(len(self.records), gm, list(example_inputs), compiled=compiled)
         record.artifacts = dict(getattr(compiled, "artifacts", {}) or {})
         self.records.append(record)
+        for key, title, text in debug.stage_sections(record):
+            if key != "guards":  # not known yet: logged after the call (debug.after_call)
+                logs.log_artifact(key, title, text)
         return compiled
 
 

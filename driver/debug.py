@@ -15,6 +15,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from driver import logs
+
 # Section titles, in pipeline order, for the artifact keys the stages produce.
 TITLES = {
     "captured_graph": "dynamo: captured FX graph",
@@ -25,6 +27,20 @@ TITLES = {
     "fusion": "inductor: fusion groups",
     "wrapper": "inductor: wrapper",
 }
+
+
+# The stage that produced each artifact (``--stage`` filters by these names).
+STAGES = ("dynamo", "aotautograd", "primtorch", "inductor")
+
+
+def stage_of(key: str) -> str:
+    if key in ("captured_graph", "guards"):
+        return "dynamo"
+    if key == "prims_graph":
+        return "primtorch"
+    if key in ("aten_graph", "joint_graph", "fw_graph", "bw_graph", "partition"):
+        return "aotautograd"
+    return "inductor"
 
 
 def captured_graph_text(gm) -> str:
@@ -66,14 +82,25 @@ def write_record(record, directory: str | os.PathLike) -> Path:
 
 
 def after_call(compiled) -> None:
-    """With ``MINIPT2_DEBUG_DIR`` set, write every graph not written yet."""
-    directory = os.environ.get("MINIPT2_DEBUG_DIR")
-    if not directory:
+    """After each call of a compiled function: report graphs compiled by that call.
+
+    Their guards exist only now (dynamo stores them after the backend returns): log them,
+    note a recompile, and with ``MINIPT2_DEBUG_DIR`` set write the graph's folder.
+    """
+    seen = getattr(compiled, "_reported", set())
+    if len(seen) == len(compiled._recorder.records):
         return
-    written = getattr(compiled, "_written", set())
+    directory = os.environ.get("MINIPT2_DEBUG_DIR")
     name = getattr(compiled._orig_fn, "__name__", "fn")
     for record in compiled.graphs:
-        if record.index not in written:
+        if record.index in seen:
+            continue
+        if record.index > 0:
+            logs.logger("recompiles").info("%s: graph %d compiled (a guard of the earlier "
+                                           "graphs failed, or a graph break)", name, record.index)
+        logs.log_artifact("guards", f"guards of {name} graph {record.index}",
+                          "\n".join(str(g) for g in record.guards))
+        if directory:
             write_record(record, Path(directory) / name)
-            written.add(record.index)
-    object.__setattr__(compiled, "_written", written)
+        seen.add(record.index)
+    object.__setattr__(compiled, "_reported", seen)
