@@ -7,7 +7,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PYTEST_WORKERS ?= 2
 
-.PHONY: demo test setup lint book bench clean
+.PHONY: demo test setup browser book bench clean
 
 $(STAMP): pyproject.toml constraints.txt
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "minipt2 needs Python 3.11+"'
@@ -21,11 +21,17 @@ setup: $(STAMP)
 demo: $(STAMP)
 	$(PY) -m driver compile
 
-test: $(STAMP)
+test: $(STAMP) browser
 	$(PY) -m ruff check .
 	$(PY) -m pytest -n $(PYTEST_WORKERS)
 	$(PY) -m driver exercise verify
 	$(MAKE) book
+
+# Headless Chromium for the HTML report's test: Debian's package, where apt-get is allowed.
+browser:
+	@command -v chromium >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null \
+	  && (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) \
+	  >/dev/null 2>&1; } || echo "note: no chromium; the report's browser test will be skipped"
 
 book: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --config-file book/mkdocs.yml

@@ -28,8 +28,7 @@ def _demo_artifacts(target: str) -> None:
     import torch
 
     import driver
-    from driver import debug
-    from driver import programs
+    from driver import debug, programs
 
     driver.reset()
     x, y = programs.demo_inputs(target, numel=1024)

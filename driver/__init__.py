@@ -25,6 +25,7 @@ configure_from_environment()
 
 __all__ = [
     "CompiledFunction",
+    "api",
     "OptimizedModule",
     "backend",
     "compile",

@@ -28,7 +28,6 @@ from driver import debug, programs
 from driver.timing import time_ms
 
 
-
 def print_section(title: str, text: str) -> None:
     print(f"\n{'=' * 8} {title} {'=' * max(4, 78 - len(title))}")
     print(text.rstrip())

@@ -16,6 +16,7 @@ import logging
 import os
 import sys
 
+# --8<-- [start:channels]
 CHANNELS = {
     "graphs": "captured FX graphs (dynamo)",
     "guards": "the guards of each compiled graph (dynamo)",
@@ -28,6 +29,7 @@ CHANNELS = {
     "kernels": "generated kernels (inductor)",
     "wrapper": "generated wrapper modules (inductor)",
 }
+# --8<-- [end:channels]
 
 # Which channel each artifact key goes to (kernels by prefix).
 ARTIFACT_CHANNEL = {

@@ -80,3 +80,83 @@ def test_every_stage_ships_an_exercise_with_tests():
     for ex in found.values():
         assert ex.tests.exists(), ex
         assert (ex.stage / "exercises" / f"{ex.name}.md").exists(), ex
+
+
+EXAMPLE = textwrap.dedent("""
+    import torch
+
+    class Net(torch.nn.Module):
+        def forward(self, x):
+            return torch.relu(x * 2) + 1
+
+    def example_inputs():
+        return (torch.randn(64),)
+""")
+
+
+def test_a_module_class_as_name(tmp_path):
+    (tmp_path / "net.py").write_text(EXAMPLE)
+    result = run_driver("compile", f"{tmp_path / 'net.py'}:Net", "--target", "cpp",
+                        "--no-timing", "--stage", "inductor")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "captured FX graph" not in result.stdout  # --stage filters
+    assert "1. inductor" in result.stdout and "matches eager" in result.stdout
+
+
+def test_missing_name_says_which(tmp_path):
+    (tmp_path / "net.py").write_text(EXAMPLE)
+    result = run_driver("compile", f"{tmp_path / 'net.py'}:Nope")
+    assert result.returncode != 0 and "'Nope'" in result.stderr
+
+
+def test_bad_arguments_are_a_usage_error():
+    result = run_driver("compile", "--target", "tpu")
+    assert result.returncode == 2 and "usage" in result.stderr
+    assert run_driver("frobnicate").returncode == 2
+
+
+def test_explain_the_demo():
+    result = run_driver("explain")
+    assert result.returncode == 0, result.stderr
+    assert "graphs: 1" in result.stdout and "x.size() ==" in result.stdout
+
+
+def test_report_is_self_contained_html(tmp_path):
+    out = tmp_path / "report.html"
+    result = run_driver("report", "--target", "cpp", "-o", str(out))
+    assert result.returncode == 0, result.stdout + result.stderr
+    page = out.read_text()
+    assert page.count("<svg") >= 1 and 'class="kernel"' in page
+    assert "http://" not in page.replace('xmlns="http://www.w3.org/2000/svg"', "")
+
+
+def test_logs_by_channel():
+    code = ("import torch, driver\n"
+            "f = driver.compile(lambda x: x.sin() * 2, options={'target': 'cpp'})\n"
+            "f(torch.randn(3)); f(torch.randn(4))\n")
+    env = {**__import__("os").environ, "MINIPT2_LOGS": "fusion,recompiles"}
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert result.returncode == 0, result.stderr
+    assert "[minipt2.fusion]" in result.stderr and "[minipt2.recompiles]" in result.stderr
+    assert "[minipt2.guards]" not in result.stderr
+
+
+def _chromium():
+    import shutil
+
+    return shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@pytest.mark.skipif(not _chromium(), reason="no chromium: `make test` installs Debian's "
+                    "chromium where apt-get is allowed; this machine has none")
+def test_report_renders_in_headless_chromium(tmp_path):
+    out = tmp_path / "report.html"
+    assert run_driver("report", "--target", "cpp", "-o", str(out)).returncode == 0
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--window-size=1200,1600"]
+    dom = subprocess.run([_chromium(), *flags, "--dump-dom", out.as_uri()],
+                         capture_output=True, text=True, timeout=120).stdout
+    assert "<svg" in dom and 'class="node"' in dom and 'class="kernel"' in dom
+    shot = tmp_path / "shot.png"
+    subprocess.run([_chromium(), *flags, f"--screenshot={shot}", out.as_uri()],
+                   capture_output=True, timeout=120)
+    assert shot.exists() and shot.stat().st_size > 20_000  # a blank page is ~5 kB
