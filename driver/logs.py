@@ -38,6 +38,20 @@ ARTIFACT_CHANNEL = {
     "fusion": "fusion", "wrapper": "wrapper",
 }
 
+
+
+class _StderrHandler(logging.StreamHandler):
+    """Writes to whatever ``sys.stderr`` is at the time (so redirection and pytest work)."""
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value):
+        pass
+
+
 _handler: logging.Handler | None = None
 
 
@@ -61,7 +75,7 @@ def set_logs(*channels: str) -> None:
     global _handler
     wanted = set(_parse(",".join(channels)))
     if _handler is None:
-        _handler = logging.StreamHandler(sys.stderr)
+        _handler = _StderrHandler()
         _handler.setFormatter(logging.Formatter("[%(name)s] %(message)s"))
     for channel in CHANNELS:
         log = logger(channel)
