@@ -22,6 +22,10 @@ TITLES = {
     "captured_graph": "dynamo: captured FX graph",
     "guards": "dynamo: guards",
     "aten_graph": "aotautograd: aten graph",
+    "joint_graph": "aotautograd: joint forward+backward graph",
+    "fw_graph": "aotautograd: forward graph (after partitioning)",
+    "bw_graph": "aotautograd: backward graph (after partitioning)",
+    "partition": "aotautograd: what the forward saves for the backward",
     "prims_graph": "aotautograd + primtorch: prims graph",
     "loop_ir": "inductor: loop-level IR",
     "fusion": "inductor: fusion groups",
@@ -34,6 +38,7 @@ STAGES = ("dynamo", "aotautograd", "primtorch", "inductor")
 
 
 def stage_of(key: str) -> str:
+    key = key.removeprefix("backward/")
     if key in ("captured_graph", "guards"):
         return "dynamo"
     if key == "prims_graph":
@@ -53,20 +58,25 @@ def stage_sections(record) -> list[tuple[str, str, str]]:
         ("captured_graph", TITLES["captured_graph"], captured_graph_text(record.gm)),
         ("guards", TITLES["guards"], "\n".join(str(g) for g in record.guards) + "\n"),
     ]
-    kernels = []
-    for key, text in record.artifacts.items():
-        if key.startswith("kernels/"):
-            kernels.append((key, f"inductor: kernel {key[len('kernels/'):]}", text))
-        else:
-            sections.append((key, TITLES.get(key, key), text))
-    # Kernels before the wrapper that launches them.
-    wrapper = [s for s in sections if s[0] == "wrapper"]
-    sections = [s for s in sections if s[0] != "wrapper"] + kernels + wrapper
+    for key, text in record.artifacts.items():  # the stages add them in pipeline order
+        sections.append((key, title_of(key), text))
     return sections
 
 
+def title_of(key: str) -> str:
+    base = key.removeprefix("backward/")
+    if base.startswith("kernels/"):
+        title = f"inductor: kernel {base[len('kernels/'):]}"
+    else:
+        title = TITLES.get(base, base)
+    if base != key:
+        stage, _, what = title.partition(": ")
+        title = f"{stage} (backward): {what}"
+    return title
+
+
 def file_name(key: str) -> str:
-    if key in ("captured_graph", "wrapper"):
+    if Path(key).name in ("captured_graph", "wrapper"):
         return key + ".py"
     return key if "." in Path(key).name else key + ".txt"
 

@@ -162,32 +162,46 @@ def test_module_wrapper_passes_through():
     assert module.tag == "changed"
 
 
-def test_unsupported_code_falls_back_with_one_warning():
-    def loop(x):
-        for _ in range(3):
-            x = x + 1
-        return x
+def autocast_region(x):
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # not captured yet: the frame runs eagerly
+        y = x + 1
+    return y * 2
 
-    compiled = driver.compile(loop)
+
+def test_unsupported_code_falls_back_with_one_warning():
+    import dynamo
+
+    compiled = driver.compile(autocast_region)
     x = torch.randn(4)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        torch.testing.assert_close(compiled(x), loop(x))
-        torch.testing.assert_close(compiled(x), loop(x))
-    ours = [w for w in caught if "minipt2" in str(w.message) or "dynamo" in str(w.message)]
+        torch.testing.assert_close(compiled(x), autocast_region(x))
+        torch.testing.assert_close(compiled(x), autocast_region(x))
+    ours = [w for w in caught if issubclass(w.category, dynamo.FallbackWarning)]
     assert len(ours) == 1, [str(w.message) for w in caught]
+    message = str(ours[0].message)
+    assert "dynamo" in message and "test_end_to_end.py" in message
 
 
-def test_fullgraph_turns_a_fallback_into_an_error():
-    def loop(x):
-        for _ in range(3):
-            x = x + 1
-        return x
+def with_a_print(x):
+    y = x.sin()
+    print("a graph break")
+    return y + 1
 
+
+def test_a_graph_break_splits_the_frame_and_stays_right(capsys):
+    compiled = driver.compile(with_a_print, options={"target": TARGETS[-1]})
+    x = torch.randn(8)
+    torch.testing.assert_close(compiled(x), with_a_print(x))
+    assert len(compiled.graphs) == 2
+    assert capsys.readouterr().out.count("a graph break") == 2  # compiled run + eager run
+
+
+def test_fullgraph_turns_a_graph_break_into_an_error():
     import dynamo
 
     with pytest.raises(dynamo.Unsupported, match="test_end_to_end.py"):
-        driver.compile(loop, fullgraph=True)(torch.randn(4))
+        driver.compile(with_a_print, fullgraph=True)(torch.randn(4))
 
 
 def test_user_errors_surface_as_in_eager():

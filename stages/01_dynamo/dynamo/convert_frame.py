@@ -1,11 +1,13 @@
 """convert_frame: turn one call of a Python function into a compiled cache entry.
 
-Input: a ``Frame`` (code object, globals, closure values, bound arguments)
-and a backend. Output: a ``CacheEntry`` holding the captured GraphModule,
-its guards, the compiled check function and the backend's compiled
-callable; or, when capture fails, the decision to run eagerly, with one
+Input: a ``Frame`` (code object, globals, closure, bound arguments) and a
+backend. Output: a ``CacheEntry`` holding the captured GraphModule, its
+guards, the compiled check function, the backend's compiled callable and
+what runs after it: rebuilding the return value, replaying side effects,
+and at a graph break the unsupported instruction plus a call of the resume
+function. When capture fails: the decision to run eagerly, with one
 ``FallbackWarning`` (or an exception under fullgraph / MINIPT2_STRICT=1).
-Chapter: book/docs/dynamo.md ("From frame to cache entry").
+Chapter: book/docs/dynamo.md ("From frame to cache entry", "Graph breaks").
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any
 import torch
 
 from . import config
+from .codegen import Residual, continue_frame, rebuild_stack, run_instruction
 from .exc import (
     BackendCompilerFailed,
     FallbackWarning,
@@ -28,8 +31,10 @@ from .exc import (
 )
 from .guards import RESERVED_NAMES, Guard, compile_guards, make_frame_function
 from .output_graph import OutputGraph
-from .symbolic_convert import InstructionTranslator
-from .variables.base import VariableTracker
+from .resume_execution import live_locals
+from .side_effects import SideEffects
+from .symbolic_convert import BreakPoint, InstructionTranslator
+from .variables.base import NullVariable, VariableTracker, children
 
 
 @dataclasses.dataclass
@@ -40,6 +45,7 @@ class Frame:
     f_globals: dict[str, Any]
     closure: dict[str, Any]  # free variable name -> current cell contents
     arguments: dict[str, Any]  # parameter name -> value, in signature order
+    cells: tuple | None = None  # the function's real closure cells
 
     def namespace(self) -> dict[str, Any]:
         return {"G": self.f_globals, "C": self.closure, **self.arguments}
@@ -50,52 +56,106 @@ class CacheEntry:
     """One specialisation of a code object: valid whenever all ``guards`` hold."""
 
     code: types.CodeType
-    graph: torch.fx.GraphModule
+    graph: torch.fx.GraphModule | None  # None when the trace recorded no operation
     guards: list[Guard]
-    compiled_fn: Callable[..., Any]
+    compiled_fn: Callable[..., Any] | None
     check_fn: Callable[..., bool]  # all guards, compiled into one function
     inputs_fn: Callable[..., tuple[Any, ...]]  # fetches the placeholders' tensors
-    output: VariableTracker  # the returned structure, rebuilt around graph outputs
+    output_nodes: list[torch.fx.Node]  # graph output i is the value of output_nodes[i]
+    output: VariableTracker | None  # the returned structure (None at a graph break)
+    side_effects: SideEffects
     backend: Callable[..., Any]
+    break_point: BreakPoint | None = None
+    resume_offset: int | None = None  # where the frame continues after the break
 
     def check(self, frame: Frame) -> bool:
         return self.check_fn(frame.f_globals, frame.closure, **frame.arguments)
 
+    # --8<-- [start:run-entry]
     def run(self, frame: Frame) -> Any:
-        inputs = self.inputs_fn(frame.f_globals, frame.closure, **frame.arguments)
-        outputs = self.compiled_fn(*inputs)
-        return self.output.reconstruct(iter(outputs), frame.namespace())
+        """Graph, then side effects, then the return value or the rest of the frame."""
+        outputs: Any = ()
+        if self.compiled_fn is not None:
+            inputs = self.inputs_fn(frame.f_globals, frame.closure, **frame.arguments)
+            outputs = self.compiled_fn(*inputs)
+        rt = Residual(dict(zip(self.output_nodes, outputs)), frame.namespace())
+        self.side_effects.replay(rt)
+        if self.break_point is None:
+            return self.output.reconstruct(rt)
+        bp = self.break_point
+        stack = rebuild_stack(bp.stack, rt)
+        local_values = {name: v.reconstruct(rt) for name, v in bp.live.items()}
+        from .eval_frame import call_optimized, invoke_optimized
+
+        def invoke(fn: Any, *args: Any, **kwargs: Any) -> Any:
+            return invoke_optimized(fn, self.backend, args, kwargs)
+
+        target = run_instruction(bp.inst, stack, bp.kw_names, invoke)
+        offset = self.resume_offset if target is None else target
+        return continue_frame(
+            self.code, offset, stack, local_values, live_locals, frame.f_globals,
+            frame.cells, lambda fn, *args: call_optimized(fn, self.backend, args))
+    # --8<-- [end:run-entry]
 
 
-def convert_frame(frame: Frame, backend: Callable[..., Any]) -> CacheEntry:
+def reconstructable(value: VariableTracker) -> bool:
+    """Can the residual code rebuild this value's real object after the graph?"""
+    if value.source is not None or isinstance(value, NullVariable):
+        return True
+    if type(value).reconstruct is VariableTracker.reconstruct:
+        return False
+    return all(reconstructable(child) for child in children(value))
+
+
+def convert_frame(frame: Frame, backend: Callable[..., Any], allow_breaks: bool = False
+                  ) -> CacheEntry:
     """Trace ``frame`` into a graph, compile it with ``backend``, package the result."""
     clash = RESERVED_NAMES & set(frame.arguments)
     if clash:
         unimplemented(f"a parameter named {sorted(clash)[0]!r} shadows a name guards use")
     output = OutputGraph(frame.code.co_name)
+    output.root_globals = frame.f_globals
     tracer = InstructionTranslator(
-        frame.code, frame.f_globals, frame.closure, frame.arguments, output)
+        frame.code, frame.f_globals, frame.closure, frame.arguments, output, allow_breaks)
     return_value = tracer.run()
+    bp = tracer.break_point
+    values = [*bp.stack, *bp.live.values()] if bp else [return_value]
+    values += output.side_effects.values()
     try:
-        graph = output.compile_subgraph(return_value)
+        for value in values:
+            if not reconstructable(value):
+                what = "returning" if bp is None else "keeping alive across a graph break"
+                unimplemented(f"{what} {value}, which cannot be rebuilt outside the graph")
+        graph, output_nodes = output.compile_subgraph(values)
     except Unsupported as e:
         e.location = e.location or tracer.location()
         raise
     guards = output.guard_list()
     params = list(frame.arguments)
+    compiled_fn = _compile(backend, graph, output.example_inputs) if graph else None
     sources = "".join(f"{source}, " for source in output.input_sources)
-    try:
-        compiled_fn = backend(graph, list(output.example_inputs))
-        if not callable(compiled_fn):
-            raise TypeError(f"the backend returned {type(compiled_fn).__name__}, not a callable")
-    except Exception as e:
-        raise BackendCompilerFailed(getattr(backend, "__name__", repr(backend)), e) from e
+    resume_offset = None
+    if bp is not None:
+        index = tracer.offset_to_index[bp.inst.offset]
+        resume_offset = tracer.instructions[index + 1].offset
     return CacheEntry(
         code=frame.code, graph=graph, guards=guards, compiled_fn=compiled_fn,
         check_fn=compile_guards(guards, params),
         inputs_fn=make_frame_function("___graph_inputs", params, f"({sources})"),
-        output=return_value, backend=backend,
+        output_nodes=output_nodes, output=return_value, side_effects=output.side_effects,
+        backend=backend, break_point=bp, resume_offset=resume_offset,
     )
+
+
+def _compile(backend: Callable[..., Any], graph: torch.fx.GraphModule, example_inputs: list
+             ) -> Callable[..., Any]:
+    try:
+        compiled_fn = backend(graph, list(example_inputs))
+        if not callable(compiled_fn):
+            raise TypeError(f"the backend returned {type(compiled_fn).__name__}, not a callable")
+    except Exception as e:
+        raise BackendCompilerFailed(getattr(backend, "__name__", repr(backend)), e) from e
+    return compiled_fn
 
 
 def compile_or_fallback(
@@ -108,16 +168,17 @@ def compile_or_fallback(
     code object). See [Note: user errors] for why a user error gives no entry
     and no warning.
     """
+    strict = fullgraph or config.strict()
     try:
-        return convert_frame(frame, backend), False
+        return convert_frame(frame, backend, allow_breaks=not strict), False
     except UserErrorInTrace:
         return None, False
     except (Unsupported, BackendCompilerFailed) as e:
-        if fullgraph or config.strict():
+        if strict:
             raise
         error: Exception = e
     except Exception as e:  # a bug in this stage must not break a working program
-        if fullgraph or config.strict():
+        if strict:
             raise
         error = e
     warnings.warn(_fallback_message(frame, name, error), FallbackWarning, stacklevel=4)

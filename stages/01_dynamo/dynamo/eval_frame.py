@@ -26,6 +26,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
+import os
+import sys
 import types
 import warnings
 from collections.abc import Callable
@@ -41,6 +43,7 @@ from .guards import Guard, first_failing_guard
 _cache: dict[types.CodeType, list[CacheEntry]] = {}
 _skipped: set[types.CodeType] = set()  # gave up on these: always eager, warned once
 _limit_warned: set[types.CodeType] = set()
+_created: list[CacheEntry] = []  # every entry, in the order compiled (for explain)
 
 
 def optimize(backend: Callable[..., Any], *, fullgraph: bool = False) -> Callable[..., Any]:
@@ -93,7 +96,7 @@ def _make_frame(
             closure[name] = cell.cell_contents
         except ValueError:  # an empty cell: reading it is the user's NameError
             pass
-    return Frame(func.__code__, func.__globals__, closure, dict(bound.arguments))
+    return Frame(func.__code__, func.__globals__, closure, dict(bound.arguments), func.__closure__)
 
 
 # --8<-- [start:cache-lookup]
@@ -117,6 +120,7 @@ def _call(
     if entry is None:
         return run_eagerly()
     _cache[code].append(entry)
+    _created.append(entry)
     return entry.run(frame)
 # --8<-- [end:cache-lookup]
 
@@ -141,6 +145,8 @@ def reset() -> None:
     _cache.clear()
     _skipped.clear()
     _limit_warned.clear()
+    _created.clear()
+    _wrappers.clear()
 
 
 def _code_of(fn: Any) -> types.CodeType:
@@ -157,33 +163,107 @@ def cache_entries(fn: Any) -> list[CacheEntry]:
     return list(_cache.get(_code_of(fn), []))
 
 
+_wrappers: dict[tuple[types.CodeType, int], Callable[..., Any]] = {}
+
+
+def call_optimized(fn: types.FunctionType, backend: Callable[..., Any], args: tuple) -> Any:
+    """Call a resume function through dynamo with the same backend (one wrapper per code)."""
+    key = (fn.__code__, id(backend))
+    if key not in _wrappers:
+        _wrappers[key] = _wrap(fn, backend, False)
+    return _wrappers[key](*args)
+
+
+def _is_library(func: types.FunctionType) -> bool:
+    """Code of the standard library, torch or an installed package: not the user's."""
+    filename = func.__code__.co_filename
+    prefixes = {sys.prefix, sys.base_prefix, os.path.dirname(torch.__file__)}
+    return filename.startswith("<") or any(filename.startswith(p) for p in prefixes)
+
+
+def invoke_optimized(fn: Any, backend: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+    """Run a call that broke the graph. A user's Python function or module is compiled on
+    its own (like PyTorch's frame hook would catch its frame); anything else runs as is."""
+    target = fn
+    if isinstance(fn, torch.nn.Module) and type(fn).__call__ is torch.nn.Module.__call__:
+        from .variables.nn_module import has_hooks
+
+        target = fn if has_hooks(fn) else fn.forward
+    func = getattr(target, "__func__", target)
+    if not isinstance(func, types.FunctionType) or _is_library(func) or \
+            func.__code__.co_flags & (inspect.CO_GENERATOR | inspect.CO_COROUTINE):
+        return fn(*args, **kwargs)
+    return _wrap(target, backend, False)(*args, **kwargs)
+
+
+@dataclasses.dataclass
+class GraphBreak:
+    """One graph break: why, and where in the user's code."""
+
+    reason: str
+    location: str
+
+    def __str__(self) -> str:
+        return f"{self.reason}\n  at {self.location}"
+
+
 @dataclasses.dataclass
 class ExplainOutput:
-    """What ``explain`` found: graphs, their ops, their guards, and why capture gave up."""
+    """What ``explain`` found: graphs, their ops, their guards, graph breaks and fallbacks."""
 
     graphs: list[torch.fx.GraphModule]
     guards: list[Guard]
-    break_reasons: list[str]
+    break_reasons: list[str]  # every graph break and eager fallback, as text
+    breaks: list[GraphBreak] = dataclasses.field(default_factory=list)
+    fallbacks: list[str] = dataclasses.field(default_factory=list)
+    guards_per_graph: list[list[Guard]] = dataclasses.field(default_factory=list)
 
     @property
     def graph_count(self) -> int:
         return len(self.graphs)
 
     @property
+    def graph_break_count(self) -> int:
+        return len(self.breaks)
+
+    @property
     def ops_per_graph(self) -> list[list[str]]:
-        return [[str(n.target) for n in gm.graph.nodes if n.op.startswith("call_")]
+        return [[_op_name(n) for n in gm.graph.nodes if n.op.startswith("call_")]
                 for gm in self.graphs]
 
     def __str__(self) -> str:
-        lines = [f"graphs: {self.graph_count}"]
-        lines += [f"graph {i} ops: {', '.join(ops)}" for i, ops in enumerate(self.ops_per_graph)]
-        lines += [f"break reason: {reason}" for reason in self.break_reasons]
-        lines += ["guards:"] + [f"  {guard}" for guard in self.guards]
+        ops = self.ops_per_graph
+        lines = [f"graphs: {self.graph_count}, graph breaks: {self.graph_break_count}, "
+                 f"ops: {sum(len(o) for o in ops)}"]
+        if self.breaks:
+            lines.append("Break reasons:")
+            for i, brk in enumerate(self.breaks, 1):
+                lines += [f"  {i}. {brk.reason}", f"     at {brk.location}"]
+        if self.fallbacks:
+            lines.append("Eager fallbacks:")
+            lines += ["  " + line for f in self.fallbacks for line in f.splitlines()]
+        for i, names in enumerate(ops):
+            lines.append(f"Graph {i}: {len(names)} ops: {', '.join(names)}")
+        lines.append("Guards:")
+        lines += [f"  {guard}" for guard in _unique(self.guards)]
         return "\n".join(lines)
 
 
+def _op_name(node: torch.fx.Node) -> str:
+    if node.op == "call_method":
+        return f".{node.target}"
+    return getattr(node.target, "__name__", str(node.target))
+
+
+def _unique(guards: list[Guard]) -> list[Guard]:
+    return list({g.expr: g for g in guards}.values())
+
+
+# --8<-- [start:explain]
 def explain(fn: Callable[..., Any]) -> Callable[..., ExplainOutput]:
-    """``explain(fn)(*args)``: capture ``fn`` once with a recording backend and report."""
+    """``explain(fn)(*args)``: run ``fn`` once through dynamo with a recording backend and
+    report graphs, graph breaks (reason and source line), guards and ops per graph.
+    ``str(report)`` is the human-readable form (``python -m driver explain`` prints it)."""
 
     def run(*args: Any, **kwargs: Any) -> ExplainOutput:
         graphs: list[torch.fx.GraphModule] = []
@@ -192,18 +272,29 @@ def explain(fn: Callable[..., Any]) -> Callable[..., ExplainOutput]:
             graphs.append(gm)
             return gm.forward
 
-        code = _code_of(fn)
+        target = getattr(fn, "_dynamo_orig_fn", fn)
+        if isinstance(target, torch.nn.Module):
+            target = target.forward
+        code = _code_of(target)
         was_skipped = code in _skipped
         _skipped.discard(code)  # re-trace so the reason is seen again
+        start = len(_created)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", FallbackWarning)
-            optimize(recording_backend)(getattr(fn, "_dynamo_orig_fn", fn))(*args, **kwargs)
+            optimize(recording_backend)(target)(*args, **kwargs)
         if was_skipped:
             _skipped.add(code)
-        entries = [e for e in _cache.get(code, []) if e.backend is recording_backend]
-        _cache[code] = [e for e in _cache.get(code, []) if e.backend is not recording_backend]
-        reasons = [str(w.message) for w in caught if issubclass(w.category, FallbackWarning)]
-        guards = [g for e in entries for g in e.guards]
-        return ExplainOutput(graphs, guards, reasons)
+        entries = [e for e in _created[start:] if e.backend is recording_backend]
+        for key in list(_cache):  # the report's entries must not serve later calls
+            _cache[key] = [e for e in _cache[key] if e.backend is not recording_backend]
+        del _created[start:]
+        fallbacks = [str(w.message) for w in caught if issubclass(w.category, FallbackWarning)]
+        breaks = [GraphBreak(e.break_point.reason, e.break_point.location)
+                  for e in entries if e.break_point is not None]
+        return ExplainOutput(
+            graphs, [g for e in entries for g in e.guards],
+            [str(b) for b in breaks] + fallbacks, breaks, fallbacks,
+            [e.guards for e in entries if e.graph is not None])
 
     return run
+# --8<-- [end:explain]

@@ -23,6 +23,7 @@ Chapter: book/docs/dynamo.md ("Guards").
 
 from __future__ import annotations
 
+import builtins
 import dataclasses
 import math
 import sys
@@ -145,6 +146,20 @@ def make_identity_guard(source: str, obj: Any) -> Guard:
     if path is not None:
         return Guard(source, "ID", f"{source} is {path}")
     return Guard(source, "ID", f"id({source}) == {id(obj)}")
+
+
+
+
+
+def make_type_guard(source: str, obj: Any) -> Guard:
+    """``source`` must still be an instance of exactly ``type(obj)``."""
+    cls = type(obj)
+    path = python_path(cls)
+    if cls.__module__ == "builtins" and getattr(builtins, cls.__name__, None) is cls:
+        path = cls.__name__
+    if path is not None:
+        return Guard(source, "TYPE", f"type({source}) is {path}")
+    return Guard(source, "TYPE", f"id(type({source})) == {id(cls)}")
 
 
 def make_grad_mode_guard() -> Guard:

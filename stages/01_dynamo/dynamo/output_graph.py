@@ -12,18 +12,18 @@ Chapter: book/docs/dynamo.md ("The output graph").
 from __future__ import annotations
 
 import re
+import sys
 from typing import Any
 
 import torch
 import torch.fx
 
-from .exc import unimplemented
 from .guards import Guard, make_grad_mode_guard
+from .side_effects import SideEffects
 from .utils import get_example_value
-from .variables.base import VariableTracker
+from .variables.base import VariableTracker, children
 from .variables.builder import wrap_fx_proxy
-from .variables.constant import ConstantVariable
-from .variables.lists import BaseListVariable
+from .variables.functions import CellVariable
 from .variables.tensor import TensorVariable
 
 
@@ -39,6 +39,9 @@ class OutputGraph:
         self.example_inputs: list[torch.Tensor] = []  # the real tensors of this call
         self.input_tensors: dict[int, TensorVariable] = {}  # id(real tensor) -> tracker
         self.location: str | None = None  # user source line, for node.meta["stack_trace"]
+        self.side_effects = SideEffects()
+        self.wrap_cache: dict[str, VariableTracker] = {}  # source -> its tracker
+        self.root_globals: dict[str, Any] | None = None
         self.add_guards([make_grad_mode_guard()])
 
     def add_guards(self, guards: list[Guard]) -> None:
@@ -77,20 +80,52 @@ class OutputGraph:
             proxy.node.meta["stack_trace"] = self.location
         return wrap_fx_proxy(self, proxy, example, device)
 
-    def compile_subgraph(self, return_value: VariableTracker) -> torch.fx.GraphModule:
-        """Close the graph: output every returned tensor, as one tuple, in order."""
-        tensors: list[TensorVariable] = []
-        _collect_outputs(return_value, tensors)
-        self.graph.output(tuple(t.proxy.node for t in tensors))
+    def global_source(self, f_globals: dict[str, Any], name: str) -> str | None:
+        """How guards and inputs name a global of ``f_globals`` (None: do not guard it)."""
+        if f_globals is self.root_globals:
+            return f"G[{name!r}]"
+        module = f_globals.get("__name__", "")
+        if module == "torch" or module.startswith("torch."):
+            return None  # torch's own globals (F, math...) are trusted, like builtins
+        found = sys.modules.get(module)
+        if found is not None and found.__dict__ is f_globals:
+            return f"sys.modules[{module!r}].__dict__[{name!r}]"
+        return None
+
+    def erase_nodes_after(self, last: torch.fx.Node | None) -> None:
+        """Undo the nodes an abandoned instruction added (placeholders stay)."""
+        nodes = list(self.graph.nodes)
+        start = nodes.index(last) + 1 if last is not None else 0
+        for node in reversed(nodes[start:]):
+            if node.op != "placeholder":
+                self.graph.erase_node(node)
+
+    def compile_subgraph(
+        self, values: list[VariableTracker],
+    ) -> tuple[torch.fx.GraphModule | None, list[torch.fx.Node]]:
+        """Close the graph: output every tensor the residual code needs, once, in order.
+
+        Returns the GraphModule (None when it would contain no operation, so no
+        backend is called for it) and the output nodes in order.
+        """
+        nodes: dict[torch.fx.Node, None] = {}
+        seen: set[int] = set()
+        for value in values:
+            _collect_outputs(value, nodes, seen)
+        outputs = list(nodes)
+        if not any(n.op.startswith("call_") for n in self.graph.nodes):
+            return None, outputs
+        self.graph.output(tuple(outputs))
         self.graph.lint()
-        return torch.fx.GraphModule(torch.nn.Module(), self.graph, class_name=self.code_name)
+        gm = torch.fx.GraphModule(torch.nn.Module(), self.graph, class_name=self.code_name)
+        return gm, outputs
 
     def guard_list(self) -> list[Guard]:
         return list(self.guards.values())
 
 
-def _collect_outputs(value: VariableTracker, tensors: list[TensorVariable]) -> None:
-    """Walk the returned structure in the order ``reconstruct`` will consume outputs.
+def _collect_outputs(value: VariableTracker, nodes: dict, seen: set[int]) -> None:
+    """Every computed tensor inside ``value`` (a graph output), in walk order.
 
     # [Note: output structure]
     # The graph returns a flat tuple of tensors; the user's return structure
@@ -98,10 +133,16 @@ def _collect_outputs(value: VariableTracker, tensors: list[TensorVariable]) -> N
     # by ``VariableTracker.reconstruct``. A value with a source (an argument
     # returned unchanged) is fetched again from the frame, not from the graph.
     """
+    if id(value) in seen:
+        return
+    seen.add(id(value))
     if isinstance(value, TensorVariable):
-        tensors.append(value)
-    elif isinstance(value, BaseListVariable) and value.source is None:
-        for item in value.items:
-            _collect_outputs(item, tensors)
-    elif not isinstance(value, ConstantVariable) and value.source is None:
-        unimplemented(f"returning {value} from a compiled frame")
+        if value.source is None:
+            nodes[value.proxy.node] = None
+        return
+    if value.source is not None:
+        return
+    if isinstance(value, CellVariable):
+        _collect_outputs(value.tx.read_cell(value.name), nodes, seen)
+    for child in children(value):
+        _collect_outputs(child, nodes, seen)

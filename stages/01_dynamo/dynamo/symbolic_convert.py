@@ -3,8 +3,11 @@
 Input: a code object, the frame's globals, closure values and bound
 arguments (real values), and an OutputGraph to write into. Output: the
 tracker of the value the frame returns, with every tensor operation on the
-way recorded as an fx node. Straight-line code only in this first cut:
-any opcode without a handler gives up through ``unimplemented``.
+way recorded as an fx node; or, at an instruction that cannot be traced, a
+``BreakPoint`` (stack, locals, reason) from which convert_frame builds a
+graph break. Calls of Python functions and modules are traced by an
+``InliningInstructionTranslator`` on the same graph. Handlers for
+containers, iteration, functions and ``with`` are in opcodes.py.
 Chapter: book/docs/dynamo.md ("The symbolic interpreter").
 
 # [Note: symbolic execution]
@@ -13,12 +16,15 @@ Chapter: book/docs/dynamo.md ("The symbolic interpreter").
 # VariableTrackers. Where CPython would add two tensors, we add a node to
 # the graph and push a tracker for its result; where it would add two ints,
 # we add them now (constant folding). One method per opcode, named exactly
-# like the opcode, so ``dis.dis(fn)`` reads as a table of contents.
+# like the opcode, so ``dis.dis(fn)`` reads as a table of contents. Loops
+# are unrolled: a backward jump simply sends the interpreter back, and every
+# iteration appends its own nodes.
 """
 
 from __future__ import annotations
 
 import builtins
+import dataclasses
 import dis
 import linecache
 import operator
@@ -27,17 +33,22 @@ import types
 from collections.abc import Callable
 from typing import Any
 
+import torch
+
 from .exc import Unsupported, UserErrorInTrace, unimplemented
+from .opcodes import ContainerOps
 from .output_graph import OutputGraph
-from .variables.base import NullVariable, VariableTracker
+from .resume_execution import handler_ranges, live_locals, original_location
+from .variables.base import NullVariable, VariableTracker, transform
 from .variables.builder import wrap, wrap_static
 from .variables.builtin import BuiltinVariable
 from .variables.constant import ConstantVariable, is_literal
-from .variables.lists import ListVariable, TupleVariable
-from .variables.tensor import TensorVariable
+from .variables.functions import CellVariable
 
 PY312 = sys.version_info >= (3, 12)
 PY313 = sys.version_info >= (3, 13)
+MAX_STEPS = 100_000  # per frame: a loop that long is better run eagerly
+MAX_INLINE_DEPTH = 32
 
 # --8<-- [start:binary-op]
 # BINARY_OP's argrepr is the operator's spelling ("+", "+=", ...), the same
@@ -55,7 +66,7 @@ _BINARY_OPS: dict[str, Callable[[Any, Any], Any]] = {
 }
 
 
-def binary_op(self: InstructionTranslator, inst: dis.Instruction) -> None:
+def binary_op(self: InstructionTranslatorBase, inst: dis.Instruction) -> None:
     """BINARY_OP: pop b, pop a, push a <op> b (a graph node if a tensor is involved)."""
     fn = _BINARY_OPS.get(inst.argrepr)
     if fn is None:
@@ -64,7 +75,7 @@ def binary_op(self: InstructionTranslator, inst: dis.Instruction) -> None:
     self.push(BuiltinVariable(fn).call_function(self, [a, b], {}))
 # --8<-- [end:binary-op]
 
-_COMPARE_OPS = {
+COMPARE_OPS = {
     "<": operator.lt, "<=": operator.le, "==": operator.eq,
     "!=": operator.ne, ">": operator.gt, ">=": operator.ge,
 }
@@ -73,42 +84,39 @@ _COMPARE_OPS = {
 def stack_op(fn: Callable[..., Any], nargs: int) -> Callable[..., None]:
     """A handler that pops ``nargs`` values, applies ``fn`` symbolically, pushes the result."""
 
-    def handler(self: InstructionTranslator, inst: dis.Instruction) -> None:
+    def handler(self: InstructionTranslatorBase, inst: dis.Instruction) -> None:
         args = self.popn(nargs)
         self.push(BuiltinVariable(fn).call_function(self, args, {}))
 
     return handler
 
 
-def _nop(self: InstructionTranslator, inst: dis.Instruction) -> None:
+def _nop(self: InstructionTranslatorBase, inst: dis.Instruction) -> None:
     pass
 
 
-class InstructionTranslator:
+class InstructionTranslatorBase(ContainerOps):
     """Executes one frame on trackers. See [Note: symbolic execution]."""
 
     def __init__(
-        self, code: types.CodeType, f_globals: dict[str, Any], closure: dict[str, Any],
-        arguments: dict[str, Any], output: OutputGraph,
+        self, code: types.CodeType, f_globals: dict[str, Any],
+        symbolic_locals: dict[str, VariableTracker], output: OutputGraph,
+        parent: InstructionTranslatorBase | None = None,
     ) -> None:
         self.code = code
         self.f_globals = f_globals
-        self.closure = closure
         self.output = output
+        self.parent = parent
         self.instructions = list(dis.get_instructions(code))
         self.offset_to_index = {inst.offset: i for i, inst in enumerate(self.instructions)}
         self.ip = 0
+        self.steps = 0
         self.current_inst: dis.Instruction | None = None
         self.lineno = code.co_firstlineno
         self.stack: list[VariableTracker] = []
         self.kw_names: tuple[str, ...] = ()
         self.return_value: VariableTracker | None = None
-        self.globals_cache: dict[str, VariableTracker] = {}
-        # Arguments are wrapped up front, in signature order, so the graph's
-        # placeholders follow the order of the function's tensor parameters.
-        self.symbolic_locals: dict[str, VariableTracker] = {
-            name: wrap(output, value, name) for name, value in arguments.items()
-        }
+        self.symbolic_locals = symbolic_locals
 
     def run(self) -> VariableTracker:
         """Execute until RETURN; the location of any give-up is attached to it."""
@@ -126,6 +134,9 @@ class InstructionTranslator:
         """Execute one instruction by calling the method named like its opcode."""
         inst = self.instructions[self.ip]
         self.ip += 1
+        self.steps += 1
+        if self.steps > MAX_STEPS:
+            unimplemented(f"more than {MAX_STEPS} instructions in one frame (a long loop)")
         self.current_inst = inst
         if inst.positions is not None and inst.positions.lineno is not None:
             self.lineno = inst.positions.lineno
@@ -161,6 +172,33 @@ class InstructionTranslator:
             self.stack.extend([value, NullVariable()])
         else:
             self.stack.extend([NullVariable(), value])
+
+    # -- mutation (see [Note: immutable trackers]) ------------------------------------
+    def replace_all(self, old: VariableTracker, new: VariableTracker) -> None:
+        """Swap every version of ``old``'s object for ``new``, in every frame being traced."""
+        token = old.mutable_local
+
+        def swap(value: VariableTracker) -> VariableTracker:
+            return new if value.mutable_local is token else value
+
+        tx: InstructionTranslatorBase | None = self
+        while tx is not None:
+            tx.stack[:] = [transform(v, swap) for v in tx.stack]
+            tx.symbolic_locals = {k: transform(v, swap) for k, v in tx.symbolic_locals.items()}
+            tx = tx.parent
+        self.output.side_effects.apply(lambda v: transform(v, swap))
+        self.output.side_effects.track_mutation(new)
+
+    def store_attr(self, obj: VariableTracker, name: str, value: VariableTracker) -> None:
+        store = getattr(obj, "store_attr", None)
+        if store is None:
+            unimplemented(f"setting attribute .{name} on {obj}")
+        store(self, name, value)
+
+    def enter_grad_mode(self, enabled: bool) -> None:
+        """Switch grad mode in the graph and, for the example values, for real."""
+        self.output.create_op("call_function", torch._C._set_grad_enabled,
+                              [ConstantVariable(enabled)], {})
 
     # -- no-ops and stack shuffles (one-line table entries) ------------------------
     NOP = RESUME = CACHE = PRECALL = EXTENDED_ARG = MAKE_CELL = COPY_FREE_VARS = _nop
@@ -199,6 +237,8 @@ class InstructionTranslator:
         else:
             self.symbolic_locals[inst.argval] = value
 
+    STORE_FAST_MAYBE_NULL = STORE_FAST
+
     def DELETE_FAST(self, inst: dis.Instruction) -> None:
         self.symbolic_locals.pop(inst.argval, None)
 
@@ -220,43 +260,53 @@ class InstructionTranslator:
 
     def _constant(self, value: Any) -> VariableTracker:
         if isinstance(value, types.CodeType):
-            unimplemented("defining a nested function or lambda is not supported yet")
+            return ConstantVariable(value)  # consumed by MAKE_FUNCTION
         if not is_literal(value):
             unimplemented(f"constant of type {type(value).__name__}")
         return ConstantVariable(value)
 
     def LOAD_GLOBAL(self, inst: dis.Instruction) -> None:
-        value = self._load_global(inst.argval)
+        value = self.load_global(inst.argval)
         if inst.arg & 1:  # 3.11+: the low bit asks for a NULL beside the value
             self.push_with_null(value)
         else:
             self.push(value)
 
-    def _load_global(self, name: str) -> VariableTracker:
-        if name in self.globals_cache:
-            return self.globals_cache[name]
+    def load_global(self, name: str) -> VariableTracker:
+        pending = self.output.side_effects.pending_global(self.f_globals, name)
+        if pending is not None:
+            return pending
         if name in self.f_globals:
-            value = wrap(self.output, self.f_globals[name], f"G[{name!r}]")
-        elif hasattr(builtins, name):  # builtins are not guarded (rebinding them is rare)
-            value = wrap_static(getattr(builtins, name))
-        else:
-            raise UserErrorInTrace(NameError(f"name {name!r} is not defined"))
-        self.globals_cache[name] = value
-        return value
+            source = self.output.global_source(self.f_globals, name)
+            if source is None:
+                return wrap_static(self.f_globals[name], strict=True)
+            return wrap(self.output, self.f_globals[name], source)
+        if hasattr(builtins, name):  # builtins are not guarded (rebinding them is rare)
+            return wrap_static(getattr(builtins, name))
+        raise UserErrorInTrace(NameError(f"name {name!r} is not defined"))
+
+    def STORE_GLOBAL(self, inst: dis.Instruction) -> None:
+        self.output.side_effects.store_global(self.f_globals, inst.argval, self.pop())
 
     def LOAD_DEREF(self, inst: dis.Instruction) -> None:
-        name = inst.argval
-        if name not in self.symbolic_locals:
-            if name not in self.closure:
-                error = NameError(f"free variable {name!r} referenced before assignment")
-                raise UserErrorInTrace(error)
-            self.symbolic_locals[name] = wrap(self.output, self.closure[name], f"C[{name!r}]")
-        self.push(self.symbolic_locals[name])
+        self.push(self.read_cell(inst.argval))
 
     def STORE_DEREF(self, inst: dis.Instruction) -> None:
-        if inst.argval in self.code.co_freevars:
-            unimplemented(f"assigning to the nonlocal variable {inst.argval!r}")
-        self.symbolic_locals[inst.argval] = self.pop()
+        self.write_cell(inst.argval, self.pop())
+
+    def LOAD_CLOSURE(self, inst: dis.Instruction) -> None:
+        self.push(CellVariable(self, inst.argval))
+
+    def read_cell(self, name: str) -> VariableTracker:
+        if name in self.symbolic_locals:
+            return self.symbolic_locals[name]
+        error = NameError(f"free variable {name!r} referenced before assignment")
+        raise UserErrorInTrace(error)
+
+    def write_cell(self, name: str, value: VariableTracker) -> None:
+        if name in self.code.co_freevars:
+            unimplemented(f"assigning to the nonlocal variable {name!r}")
+        self.symbolic_locals[name] = value
 
     # -- attributes and calls ---------------------------------------------------
     def LOAD_ATTR(self, inst: dis.Instruction) -> None:
@@ -271,6 +321,20 @@ class InstructionTranslator:
         obj = self.pop()
         self.push_with_null(obj.var_getattr(self, inst.argval))
 
+    def LOAD_SUPER_ATTR(self, inst: dis.Instruction) -> None:  # 3.12: super().name
+        from .variables.misc import SuperVariable
+
+        obj, cls, _super = self.pop(), self.pop(), self.pop()
+        value = SuperVariable(cls.as_python_constant(), obj).var_getattr(self, inst.argval)
+        if inst.arg & 1:
+            self.push_with_null(value)
+        else:
+            self.push(value)
+
+    def STORE_ATTR(self, inst: dis.Instruction) -> None:
+        obj, value = self.pop(), self.pop()
+        self.store_attr(obj, inst.argval, value)
+
     def KW_NAMES(self, inst: dis.Instruction) -> None:  # 3.11, 3.12
         self.kw_names = self.code.co_consts[inst.arg]
 
@@ -282,11 +346,7 @@ class InstructionTranslator:
         self._call(inst.arg, self.pop().as_python_constant())
 
     def _call(self, argc: int, kw_names: tuple[str, ...]) -> None:
-        """Stack: [NULL, fn, *args] before 3.13, [fn, NULL, *args] from 3.13.
-
-        Where CPython puts a bound method's ``self`` instead of NULL, we never
-        do (our LOAD_ATTR pushes a bound MethodVariable), but we accept it.
-        """
+        """Stack: [NULL, fn, *args] before 3.13, [fn, NULL, *args] from 3.13."""
         args = self.popn(argc)
         first, second = self.popn(2)
         if PY313 or not isinstance(first, NullVariable):
@@ -298,7 +358,11 @@ class InstructionTranslator:
         n_kw = len(kw_names)
         kwargs = dict(zip(kw_names, args[len(args) - n_kw:]))
         positional = args[: len(args) - n_kw]
-        self.push(fn.call_function(self, positional, kwargs))
+        self.push(self.call(fn, positional, kwargs))
+
+    def call(self, fn: VariableTracker, args: list[VariableTracker],
+             kwargs: dict[str, VariableTracker]) -> VariableTracker:
+        return fn.call_function(self, args, kwargs)
 
     # -- operators ----------------------------------------------------------------
     BINARY_OP = binary_op
@@ -307,119 +371,207 @@ class InstructionTranslator:
     UNARY_INVERT = stack_op(operator.invert, 1)
     UNARY_NOT = stack_op(operator.not_, 1)
     BINARY_SUBSCR = stack_op(operator.getitem, 2)
-
-    def CALL_INTRINSIC_1(self, inst: dis.Instruction) -> None:  # 3.12+
-        if inst.argrepr != "INTRINSIC_UNARY_POSITIVE":
-            unimplemented(f"intrinsic {inst.argrepr} is not supported yet")
-        self.UNARY_POSITIVE(inst)
+    DELETE_SUBSCR = stack_op(operator.delitem, 2)
 
     def COMPARE_OP(self, inst: dis.Instruction) -> None:
+        """COMPARE_OP: pop b, pop a, push ``a <cmp> b`` (``inst.argval`` spells the operator)."""
+        # BEGIN EXERCISE dynamo-compare-op: pop two trackers and push their comparison
         # 3.13 spells a compare feeding a branch "bool(<)"; the operator is the same.
         symbol = inst.argval.removeprefix("bool(").removesuffix(")")
         b, a = self.pop(), self.pop()
-        self.push(BuiltinVariable(_COMPARE_OPS[symbol]).call_function(self, [a, b], {}))
+        self.push(BuiltinVariable(COMPARE_OPS[symbol]).call_function(self, [a, b], {}))
+        # END EXERCISE dynamo-compare-op
 
     def IS_OP(self, inst: dis.Instruction) -> None:
         b, a = self.pop(), self.pop()
         fn = operator.is_not if inst.arg else operator.is_
         self.push(BuiltinVariable(fn).call_function(self, [a, b], {}))
 
+    def CONTAINS_OP(self, inst: dis.Instruction) -> None:
+        container, item = self.pop(), self.pop()
+        found = BuiltinVariable(operator.contains).call_function(self, [container, item], {})
+        self.push(ConstantVariable(found.truth(self) != bool(inst.arg)))
+
     def TO_BOOL(self, inst: dis.Instruction) -> None:  # 3.13
-        value = self.pop()
-        if not value.is_python_constant():
-            unimplemented(f"truth value of {value} (data-dependent control flow)")
-        self.push(ConstantVariable(bool(value.as_python_constant())))
+        self.push(ConstantVariable(self.pop().truth(self)))
 
-    # -- containers and subscripts ----------------------------------------------
-    def BUILD_TUPLE(self, inst: dis.Instruction) -> None:
-        self.push(TupleVariable(tuple(self.popn(inst.arg))))
-
-    def BUILD_LIST(self, inst: dis.Instruction) -> None:
-        self.push(ListVariable(tuple(self.popn(inst.arg))))
-
-    def LIST_EXTEND(self, inst: dis.Instruction) -> None:
-        # The list was built by BUILD_LIST just before; nothing else refers to
-        # it yet, so replacing it on the stack is the same as extending it.
-        items = self.pop().unpack(self)
-        target = self.stack[-inst.arg]
-        self.stack[-inst.arg] = ListVariable(target.items + tuple(items))
-
-    def LIST_TO_TUPLE(self, inst: dis.Instruction) -> None:
-        self.push(TupleVariable(tuple(self.pop().unpack(self))))
-
-    def BUILD_SLICE(self, inst: dis.Instruction) -> None:
-        self.push(self._slice(*self.popn(inst.arg)))
-
-    def BINARY_SLICE(self, inst: dis.Instruction) -> None:  # 3.12: obj[start:stop]
-        stop, start, obj = self.pop(), self.pop(), self.pop()
-        getitem = BuiltinVariable(operator.getitem)
-        self.push(getitem.call_function(self, [obj, self._slice(start, stop)], {}))
-
-    def _slice(self, *parts: VariableTracker) -> VariableTracker:
-        if not all(p.is_python_constant() for p in parts):
-            unimplemented("slice bounds that are not constants")
-        return ConstantVariable(slice(*(p.as_python_constant() for p in parts)))
-
-    def STORE_SUBSCR(self, inst: dis.Instruction) -> None:
-        key, container, value = self.pop(), self.pop(), self.pop()
-        self._setitem(container, key, value)
-
-    def STORE_SLICE(self, inst: dis.Instruction) -> None:  # 3.12: obj[start:stop] = value
-        stop, start, container, value = self.pop(), self.pop(), self.pop(), self.pop()
-        self._setitem(container, self._slice(start, stop), value)
-
-    def _setitem(self, container: VariableTracker, key: VariableTracker,
-                 value: VariableTracker) -> None:
-        if not isinstance(container, TensorVariable):
-            unimplemented(f"item assignment on {container} is not supported yet")
-        self.output.create_op(
-            "call_function", operator.setitem, [container, key, value], {})
-
-    def UNPACK_SEQUENCE(self, inst: dis.Instruction) -> None:
-        items = self.pop().unpack(self)
-        if len(items) != inst.arg:
-            error = ValueError(f"expected {inst.arg} values to unpack, got {len(items)}")
-            raise UserErrorInTrace(error)
-        self.stack.extend(reversed(items))
-
-    # -- branches on constants ----------------------------------------------------
-    # A condition known at trace time (a specialised argument, a shape) picks
-    # its branch now; the other branch is simply never traced. Conditions on
-    # tensor data need a graph break: [Note: data-dependent].
-    def _jump_if(self, inst: dis.Instruction, test: Callable[[Any], bool]) -> None:
-        value = self.pop()
-        if not value.is_python_constant():
-            unimplemented(f"branching on {value} (data-dependent control flow)")
-        if test(value.as_python_constant()):
-            self.jump_to(inst.argval)
-
-    def jump_to(self, offset: int) -> None:
-        self.ip = self.offset_to_index[offset]
-
-    def POP_JUMP_IF_FALSE(self, inst: dis.Instruction) -> None:
-        self._jump_if(inst, lambda v: not v)
-
-    def POP_JUMP_IF_TRUE(self, inst: dis.Instruction) -> None:
-        self._jump_if(inst, bool)
-
-    def POP_JUMP_IF_NONE(self, inst: dis.Instruction) -> None:
-        self._jump_if(inst, lambda v: v is None)
-
-    def POP_JUMP_IF_NOT_NONE(self, inst: dis.Instruction) -> None:
-        self._jump_if(inst, lambda v: v is not None)
-
-    # 3.11 spells the direction into the name; only forward jumps (no loops yet).
-    POP_JUMP_FORWARD_IF_FALSE = POP_JUMP_IF_FALSE
-    POP_JUMP_FORWARD_IF_TRUE = POP_JUMP_IF_TRUE
-    POP_JUMP_FORWARD_IF_NONE = POP_JUMP_IF_NONE
-    POP_JUMP_FORWARD_IF_NOT_NONE = POP_JUMP_IF_NOT_NONE
-
-    def JUMP_FORWARD(self, inst: dis.Instruction) -> None:
-        self.jump_to(inst.argval)
-
-    # -- returning ----------------------------------------------------------------
+    # -- returning and raising ------------------------------------------------------
     def RETURN_VALUE(self, inst: dis.Instruction) -> None:
         self.return_value = self.pop()
 
     def RETURN_CONST(self, inst: dis.Instruction) -> None:  # 3.12+
         self.return_value = self._constant(inst.argval)
+
+    def RAISE_VARARGS(self, inst: dis.Instruction) -> None:
+        unimplemented("raising an exception inside a compiled frame")
+
+
+@dataclasses.dataclass
+class BreakPoint:
+    """Where and why the root frame stopped tracing: see convert_frame.compile_break."""
+
+    inst: dis.Instruction
+    reason: str
+    location: str
+    stack: list[VariableTracker]
+    live: dict[str, VariableTracker]
+    kw_names: tuple[str, ...]
+
+
+class _StopTracing(Exception):
+    pass
+
+
+# Instructions at which a graph break can resume: codegen.run_instruction runs them.
+RESUMABLE = frozenset({
+    "CALL", "CALL_KW", "CALL_FUNCTION_EX", "BINARY_OP", "COMPARE_OP", "BINARY_SUBSCR",
+    "CONTAINS_OP", "UNARY_NOT", "UNARY_NEGATIVE", "UNARY_INVERT", "TO_BOOL", "LOAD_ATTR",
+    "LOAD_METHOD", "STORE_ATTR", "STORE_SUBSCR", "POP_JUMP_IF_FALSE", "POP_JUMP_IF_TRUE",
+    "POP_JUMP_FORWARD_IF_FALSE", "POP_JUMP_FORWARD_IF_TRUE", "POP_JUMP_BACKWARD_IF_FALSE",
+    "POP_JUMP_BACKWARD_IF_TRUE",
+})
+
+
+class InstructionTranslator(InstructionTranslatorBase):
+    """The root frame: wraps the real arguments and may stop at a graph break."""
+
+    def __init__(
+        self, code: types.CodeType, f_globals: dict[str, Any], closure: dict[str, Any],
+        arguments: dict[str, Any], output: OutputGraph, allow_breaks: bool = False,
+    ) -> None:
+        # Arguments are wrapped up front, in signature order, so the graph's
+        # placeholders follow the order of the function's tensor parameters.
+        # A resume function's numbers stay symbolic: [Note: numbers across a graph break].
+        sym = code.co_name.startswith("__resume_at_")
+        symbolic_locals = {name: wrap(output, value, name, sym_numbers=sym)
+                           for name, value in arguments.items()}
+        super().__init__(code, f_globals, symbolic_locals, output)
+        self.closure = closure
+        self.allow_breaks = allow_breaks
+        self.break_point: BreakPoint | None = None
+        self.initial_grad_mode = torch.is_grad_enabled()
+
+    def run(self) -> VariableTracker | None:
+        try:
+            return super().run()
+        except _StopTracing:
+            return None
+        finally:
+            torch._C._set_grad_enabled(self.initial_grad_mode)
+
+    def read_cell(self, name: str) -> VariableTracker:
+        if name in self.code.co_freevars and name not in self.symbolic_locals:
+            if name not in self.closure:
+                raise UserErrorInTrace(NameError(f"free variable {name!r} is empty"))
+            self.symbolic_locals[name] = wrap(self.output, self.closure[name], f"C[{name!r}]")
+        return super().read_cell(name)
+
+    def step(self) -> None:
+        inst = self.instructions[self.ip]
+        if not self.allow_breaks or inst.opname not in RESUMABLE:
+            return super().step()
+        checkpoint = self._checkpoint()
+        try:
+            super().step()
+        except Unsupported as e:
+            self._restore(checkpoint)
+            self.current_inst = inst
+            why_not = self._cannot_resume(inst)
+            if why_not:
+                e.reason = f"{e.reason} (a graph break {why_not} is not supported)"
+                raise
+            self._break_at(inst, e.reason)
+
+    def _checkpoint(self) -> tuple:
+        nodes = list(self.output.graph.nodes)
+        return (self.ip, list(self.stack), dict(self.symbolic_locals), self.kw_names,
+                nodes[-1] if nodes else None, self.output.side_effects.snapshot(),
+                torch.is_grad_enabled(), self.lineno)
+
+    def _restore(self, checkpoint: tuple) -> None:
+        ip, stack, local_vars, kw_names, last_node, effects, grad, lineno = checkpoint
+        self.ip, self.stack, self.symbolic_locals, self.kw_names = ip, stack, local_vars, kw_names
+        self.output.side_effects.restore(effects)
+        self.output.erase_nodes_after(last_node)
+        torch._C._set_grad_enabled(grad)
+        self.lineno = lineno
+
+    def _cannot_resume(self, inst: dis.Instruction) -> str | None:
+        for start, end, handler in handler_ranges(self.code):
+            if start <= inst.offset < end:
+                if self.instructions[self.offset_to_index[handler]].opname == "PUSH_EXC_INFO":
+                    return "inside a try or with block"
+        if torch.is_grad_enabled() != self.initial_grad_mode:
+            return "while grad mode is switched"
+        return None
+
+    def _break_at(self, inst: dis.Instruction, reason: str) -> None:
+        index = self.offset_to_index[inst.offset]
+        successors = [self.instructions[index + 1].offset]
+        if "JUMP" in inst.opname:
+            successors.append(inst.argval)
+        orig_code, _ = original_location(self.code, inst.offset)
+        live: set[str] = set()
+        for offset in successors:
+            live |= live_locals(orig_code, original_location(self.code, offset)[1])
+        live -= set(self.code.co_freevars)
+        kept = {name: v for name, v in self.symbolic_locals.items() if name in live}
+        self.break_point = BreakPoint(inst, reason, self.location(), list(self.stack), kept,
+                                      self.kw_names)
+        raise _StopTracing
+
+
+class InliningInstructionTranslator(InstructionTranslatorBase):
+    """A called Python function, traced into the caller's graph ([Note: closures])."""
+
+    def __init__(
+        self, parent: InstructionTranslatorBase, code: types.CodeType,
+        f_globals: dict[str, Any], bound: dict[str, VariableTracker], cells: dict[str, Any],
+        fn_source: str | None,
+    ) -> None:
+        depth, tx = 0, parent
+        while tx is not None:
+            depth, tx = depth + 1, tx.parent
+        if depth > MAX_INLINE_DEPTH:
+            unimplemented(f"calls nested more than {MAX_INLINE_DEPTH} deep (recursion?)")
+        super().__init__(code, f_globals, dict(bound), parent.output, parent)
+        self.cells = cells
+        self.fn_source = fn_source
+        self.generated: list[VariableTracker] = []  # what a generator yielded
+
+    def RETURN_GENERATOR(self, inst: dis.Instruction) -> None:
+        self.push(ConstantVariable(None))  # popped right away; the body runs next
+
+    def YIELD_VALUE(self, inst: dis.Instruction) -> None:
+        self.generated.append(self.pop())
+        self.push(ConstantVariable(None))  # the value send() would deliver
+
+    def read_cell(self, name: str) -> VariableTracker:
+        if name in self.symbolic_locals or name not in self.cells:
+            return super().read_cell(name)
+        cell = self.cells[name]
+        if isinstance(cell, CellVariable):
+            return cell.tx.read_cell(cell.name)
+        try:
+            value = cell.cell_contents
+        except ValueError:
+            raise UserErrorInTrace(NameError(f"free variable {name!r} is empty")) from None
+        if self.fn_source is None:
+            return wrap_static(value, strict=True)
+        index = self.code.co_freevars.index(name)
+        return wrap(self.output, value, f"{self.fn_source}.__closure__[{index}].cell_contents")
+
+    def write_cell(self, name: str, value: VariableTracker) -> None:
+        cell = self.cells.get(name)
+        if isinstance(cell, CellVariable):
+            cell.tx.write_cell(cell.name, value)
+        else:
+            super().write_cell(name, value)
+
+    def step(self) -> None:
+        try:
+            super().step()
+        except Unsupported as e:
+            if e.location is None:
+                e.location = self.location()
+            raise

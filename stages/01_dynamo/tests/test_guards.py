@@ -109,7 +109,7 @@ def test_string_and_dtype_constants_guard_safely(backend, no_fallback):
     opt = dynamo.optimize(backend)(pick)
     assert opt(x, "a'b\"c", torch.float64).dtype == torch.float64
     assert opt(x, "other", torch.float64).dtype == torch.float32
-    assert backend.calls == 2
+    assert backend.calls == 1  # the second specialisation returns x itself: no graph
     for entry in dynamo.cache_entries(opt):
         namespace = guard_namespace(pick, x=x, mode="a'b\"c", dtype=torch.float64)
         results = [eval(g.expr, namespace) for g in entry.guards]

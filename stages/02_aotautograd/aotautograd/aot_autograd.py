@@ -1,61 +1,138 @@
-"""AOTAutograd's entry point with dynamo's backend contract: trace the captured graph down
-to aten ops and prims, hand the result to a compiler, and return something to call.
+"""AOTAutograd's entry point with dynamo's backend contract: trace the captured graph (and,
+when autograd would record it, its backward) down to aten ops and prims, partition, hand
+the graphs to the compilers, and return something to call.
 
-Input: ``gm`` (a GraphModule from dynamo, or any callable on tensors), its example inputs,
-``fw_compiler(gm, example_inputs) -> callable``, and a decomposition table.
-Output: a callable taking the same flat inputs and returning a tuple of outputs.
+Input: ``gm`` (a GraphModule from dynamo, an ``nn.Module``, or any callable on tensors),
+its example inputs, ``fw_compiler(gm, example_inputs) -> callable`` (and ``bw_compiler``,
+by default the same), a decomposition table, and a partitioner ("min_cut" or "default").
+Output: a callable taking the same flat inputs and returning a tuple of outputs; with
+autograd on, the outputs carry a ``grad_fn`` that runs the compiled backward graph.
 
 Chapter: book/docs/aotautograd.md ("aot_module_simplified").
 
-First cut: inference only. When autograd would need to record the program (grad mode on and
-an input or parameter that requires grad), we raise ``AOTUnsupported`` rather than return
-outputs that silently lack gradients; the joint forward/backward trace comes later.
+The pipeline, one line per step: ``trace_program`` (joint.py: trace, functionalize, run the
+autograd engine) -> a partitioner (partitioners.py: forward and backward graphs) ->
+``fw_compiler`` / ``bw_compiler`` -> ``make_*_runtime`` (runtime.py). A program is traced
+once per *signature* (is autograd recording, and which inputs and parameters require grad):
+the graphs differ, so a call with a new signature compiles a new entry.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 
 import torch
 import torch.fx as fx
 
-from aotautograd.exc import AOTUnsupported
-from aotautograd.proxy_tensor import DecompositionTable, trace
+from aotautograd.joint import Program, module_state, trace_program
+from aotautograd.partitioners import PARTITIONERS, Partition
+from aotautograd.proxy_tensor import DecompositionTable
+from aotautograd.runtime import make_inference_runtime, make_training_runtime
+
+log = logging.getLogger("minipt2.aotautograd")
+Compiler = Callable[[fx.GraphModule, list], Callable]
 
 
-def needs_autograd(params_require_grad: bool, inputs: Sequence[object]) -> bool:
+def needs_autograd(args: Sequence[object], state: Sequence[torch.Tensor]) -> bool:
     """Would eager autograd record this call? (grad mode on and something requires grad)."""
     if not torch.is_grad_enabled():
         return False
-    return params_require_grad or any(
-        isinstance(x, torch.Tensor) and x.requires_grad for x in inputs)
+    return any(isinstance(x, torch.Tensor) and x.requires_grad for x in [*args, *state])
 
 
-# --8<-- [start:aot-inference]
+def signature(args: Sequence[object], state: Sequence[torch.Tensor]) -> tuple:
+    if not needs_autograd(args, state):
+        return ("inference",)
+    return ("training", *(isinstance(x, torch.Tensor) and x.requires_grad
+                          for x in [*args, *state]))
+
+
+# --8<-- [start:aot-module-simplified]
 def aot_module_simplified(
     gm: Callable,
     example_inputs: Sequence[object],
-    fw_compiler: Callable[[fx.GraphModule, list], Callable],
-    bw_compiler: Callable[[fx.GraphModule, list], Callable] | None = None,
+    fw_compiler: Compiler,
+    bw_compiler: Compiler | None = None,
     decompositions: DecompositionTable | None = None,
+    partitioner: str | Callable[[Program], Partition] = "min_cut",
 ) -> Callable[..., tuple]:
-    """Trace ``gm`` (with ``decompositions`` applied), compile the forward graph once with
-    ``fw_compiler``, and return a function of the same flat inputs returning a tuple."""
-    params = list(gm.parameters()) if isinstance(gm, torch.nn.Module) else []
-    params_require_grad = any(p.requires_grad for p in params)
-    if needs_autograd(params_require_grad, example_inputs):
-        raise AOTUnsupported("training graphs (autograd) are not supported yet")
-    with torch.no_grad():
-        fw_gm = trace(gm, example_inputs, decompositions)
-    fw_gm.graph.eliminate_dead_code()  # decompositions leave unused pieces behind
-    fw_gm.recompile()
-    compiled = fw_compiler(fw_gm, list(example_inputs))
+    """Trace ``gm`` (with ``decompositions`` applied), partition the joint graph when
+    autograd would record the call, compile the graphs, and return a function of the same
+    flat inputs returning a tuple."""
+    if not callable(gm):
+        raise TypeError(f"aot_module_simplified: gm must be callable, got {type(gm).__name__}")
+    if isinstance(partitioner, str) and partitioner not in PARTITIONERS:
+        raise ValueError(f"partitioner={partitioner!r}: choose one of {sorted(PARTITIONERS)}")
+    partition_fn = PARTITIONERS.get(partitioner, partitioner)
+    state = _state_fn(gm)  # the parameters and buffers, as they are at each call
+    entries: dict[tuple, Callable] = {}
+
+    def entry_for(args: Sequence[object]) -> Callable:
+        key = signature(args, state())
+        if key not in entries:
+            entries[key] = compile_entry(gm, list(args), state(), key[0] == "training",
+                                         fw_compiler, bw_compiler or fw_compiler,
+                                         decompositions, partition_fn)
+        return entries[key]
+
+    first = entry_for(example_inputs)
 
     def forward(*args: object) -> tuple:
-        if needs_autograd(params_require_grad, args):  # e.g. compiled under no_grad
-            raise AOTUnsupported("training graphs (autograd) are not supported yet")
-        return tuple(compiled(*args))
+        return entry_for(args)(*args)
 
-    forward.fw_graph = fw_gm  # for printing and tests: what the compiler was given
+    for name in ("fw_graph", "bw_graph", "joint_graph", "partition", "program"):
+        setattr(forward, name, getattr(first, name))  # for printing and tests
+    forward.entries = entries
     return forward
-# --8<-- [end:aot-inference]
+# --8<-- [end:aot-module-simplified]
+
+
+# --8<-- [start:compile-entry]
+def compile_entry(gm: Callable, args: list, state: list, train: bool, fw_compiler: Compiler,
+                  bw_compiler: Compiler, decompositions: DecompositionTable | None,
+                  partition_fn: Callable[[Program], Partition]) -> Callable:
+    """Trace, partition and compile the program for one signature."""
+    with torch.enable_grad() if train else torch.no_grad():
+        program = trace_program(gm, args, decompositions, train)
+    primals = [*args, *state]
+    if not program.is_joint:
+        # --8<-- [start:aot-inference]
+        fw_gm = program.graph_module  # inference: one graph, no autograd.Function
+        fw_gm.graph.eliminate_dead_code()  # decompositions leave unused pieces behind
+        fw_gm.recompile()
+        run = make_inference_runtime(program, fw_compiler(fw_gm, primals), _state_fn(gm))
+        # --8<-- [end:aot-inference]
+        run.fw_graph, run.bw_graph, run.joint_graph, run.partition = fw_gm, None, None, None
+    else:
+        partition = partition_fn(program)
+        log.info("partition: %s", partition.describe())
+        compiled_fw = fw_compiler(partition.forward, primals)
+        bw_inputs = [example_value(n) for n in partition.backward.graph.nodes
+                     if n.op == "placeholder"]
+        compiled_bw = bw_compiler(partition.backward, bw_inputs)
+        run = make_training_runtime(program, partition, compiled_fw, compiled_bw,
+                                    _state_fn(gm))
+        run.fw_graph, run.bw_graph = partition.forward, partition.backward
+        run.joint_graph, run.partition = program.graph_module, partition
+    run.program = program
+    return run
+# --8<-- [end:compile-entry]
+
+
+def _state_fn(gm: Callable) -> Callable[[], list]:
+    names = list(module_state(gm))
+
+    def state() -> list[torch.Tensor]:
+        tensors = module_state(gm)
+        return list({id(tensors[n]): tensors[n] for n in names}.values())
+
+    return state
+
+
+def example_value(node: fx.Node) -> torch.Tensor:
+    """An uninitialised real tensor shaped like the placeholder (the backward compiler's
+    example input: the real saved values do not exist before the forward runs)."""
+    val = node.meta["val"]
+    device = node.meta.get("device", torch.device("cpu"))
+    return torch.empty_strided(val.shape, val.stride(), dtype=val.dtype, device=device)

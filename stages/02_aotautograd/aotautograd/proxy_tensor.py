@@ -30,9 +30,10 @@ from collections.abc import Callable, Sequence
 import torch
 import torch.fx as fx
 import torch.utils._pytree as pytree
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 
 from aotautograd.exc import AOTUnsupported
+from aotautograd.functionalize import functionalize, is_mutation
 
 DecompositionTable = dict[torch._ops.OpOverload, Callable]
 
@@ -45,11 +46,21 @@ def to_meta(t: torch.Tensor) -> torch.Tensor:
 class TracerTensor(torch.Tensor):
     """A stand-in for a real tensor during tracing: metadata of the real device, data of a
     meta tensor, and the FX proxy whose node computes it. See [Note: how the tracer works].
+
+    Storage is modelled just enough for [Note: functionalization]: a tensor made by a view
+    op has a ``base`` (the tensor that owns the storage); an owner counts its in-place
+    mutations in ``version``; ``role`` says whether an owner is a graph "input", a lifted
+    "constant" or an "intermediate".
     """
 
     meta: torch.Tensor
     proxy: fx.Proxy
-    aliased: bool  # may share storage with another tensor (input, constant, view)
+    base: TracerTensor | None  # the owner of the storage this view looks into
+    base_version: int  # base.version when this view was taken
+    view_meta: torch.Tensor | None  # a view of an input: eager's geometry, on "meta"
+    version: int  # how many in-place ops wrote to this tensor (owners only)
+    role: str  # "input" | "constant" | "intermediate" | "tangent"
+    input_index: int | None  # position among the graph's inputs, for role "input"
 
     @staticmethod
     def __new__(cls, meta: torch.Tensor, device: torch.device, proxy: fx.Proxy):
@@ -57,8 +68,19 @@ class TracerTensor(torch.Tensor):
             cls, meta.shape, strides=meta.stride(), storage_offset=meta.storage_offset(),
             dtype=meta.dtype, device=device, requires_grad=False,
         )
-        self.meta, self.proxy, self.aliased = meta, proxy, False
+        self.meta, self.proxy = meta, proxy
+        self.base, self.base_version, self.version = None, 0, 0
+        self.view_meta = None  # for a view of an input: eager's size/stride/offset
+        self.role, self.input_index = "intermediate", None
         return self
+
+    def owner(self) -> TracerTensor:
+        """The tensor that owns this one's storage (itself unless it is a view)."""
+        return self if self.base is None else self.base
+
+    def is_stale(self) -> bool:
+        """A view whose base was written in place after the view was taken."""
+        return self.base is not None and self.base.version != self.base_version
 
     def __repr__(self) -> str:
         return (f"TracerTensor({self.proxy.node.name}, shape={tuple(self.shape)}, "
@@ -73,37 +95,61 @@ class TracerTensor(torch.Tensor):
 
 
 class Tracer:
-    """The state of one trace: the graph, the decompositions, the lifted constants."""
+    """The state of one trace: the graph, the decompositions, the lifted constants, and
+    what [Note: functionalization] learns (which inputs were written in place)."""
 
-    def __init__(self, decompositions: DecompositionTable, names: dict[int, str]):
+    def __init__(self, decompositions: DecompositionTable, names: dict[int, str],
+                 allow_input_mutation: bool = False):
         self.graph = fx.Graph()
         self.decompositions = decompositions
         self.constant_names = names  # id(tensor) -> preferred attribute name
         self.constants: dict[str, torch.Tensor] = {}
         self.lifted: dict[int, TracerTensor] = {}
+        self.allow_input_mutation = allow_input_mutation
+        self.mutated_inputs: dict[int, TracerTensor] = {}  # input index -> its tensor
+        self.phase = "forward"  # "backward" while the autograd engine runs; see joint.py
+        self.forbid_grad_constants = False  # training: a closed-over leaf would lose its grad
 
-    def placeholder(self, index: int, value: object) -> object:
-        node = self.graph.placeholder(f"arg{index}")
+    def placeholder(self, index: int, value: object, name: str | None = None,
+                    requires_grad: bool = False) -> object:
+        node = self.graph.placeholder(name or f"arg{index}")
         if not isinstance(value, torch.Tensor):
             node.meta["val"] = value  # a non-tensor input is baked in as a constant
             return value
         out = self.wrap(to_meta(value), node, value.device)
-        out.aliased = True  # the caller owns it; see [Note: in-place ops]
+        out.role, out.input_index = "input", index  # the caller owns it
+        if requires_grad:
+            out.requires_grad_(True)  # a leaf of the autograd graph the tracer builds
+        return out
+
+    def tangent(self, name: str, output: TracerTensor) -> TracerTensor:
+        """A placeholder for the gradient flowing into ``output``: same shape and dtype,
+        contiguous (the runtime makes the real one contiguous too)."""
+        node = self.graph.placeholder(name)
+        with _disable_current_modes():  # a tensor of our own, not an op of the program
+            meta = torch.empty(output.shape, dtype=output.dtype, device="meta")
+        out = self.wrap(meta, node, output.device)
+        out.role = "tangent"
         return out
 
     def lift(self, tensor: torch.Tensor) -> TracerTensor:
         """A real tensor met during tracing (closed over, or a module parameter) becomes
         an attribute of the GraphModule, read by a ``get_attr`` node."""
+        if self.forbid_grad_constants and tensor.requires_grad:
+            raise AOTUnsupported("a closed-over tensor that requires grad would get no "
+                                 "gradient; pass it as an input (or make it a parameter)")
         if id(tensor) not in self.lifted:
             name = self.constant_names.get(id(tensor), f"_tensor_constant{len(self.constants)}")
             self.constants[name] = tensor
             node = self.graph.get_attr(name)
             self.lifted[id(tensor)] = self.wrap(to_meta(tensor), node, tensor.device)
-            self.lifted[id(tensor)].aliased = True
+            self.lifted[id(tensor)].role = "constant"
         return self.lifted[id(tensor)]
 
     def wrap(self, meta_out: object, node: fx.Node, device: torch.device) -> object:
         """Outputs of ``node`` as TracerTensors; tuples and lists become getitem nodes."""
+        node.meta.setdefault("phase", self.phase)
+        node.meta["device"] = device
         if isinstance(meta_out, torch.Tensor):
             node.meta["val"] = meta_out
             return TracerTensor(meta_out, device, fx.Proxy(node))
@@ -131,7 +177,8 @@ class Tracer:
             [x.proxy.node if isinstance(x, TracerTensor) else x for x in flat], spec)
         if _takes_device(func):
             # a factory (or a device move) runs on "meta"; the node keeps the real device
-            meta_kwargs["device"], node_kwargs["device"] = torch.device("meta"), device
+            meta_args, meta_kwargs = set_device(func, meta_args, meta_kwargs, "meta")
+            node_args, node_kwargs = set_device(func, node_args, node_kwargs, device)
         try:
             meta_out = func(*meta_args, **meta_kwargs)
         except (NotImplementedError, RuntimeError) as e:
@@ -143,7 +190,7 @@ class Tracer:
 
 
 class TracingMode(TorchDispatchMode):
-    """While active, every aten op is decomposed or recorded by ``tracer``."""
+    """While active, every aten op is functionalized, decomposed or recorded by ``tracer``."""
 
     def __init__(self, tracer: Tracer):
         super().__init__()
@@ -153,8 +200,11 @@ class TracingMode(TorchDispatchMode):
         kwargs = kwargs or {}
         if _is_metadata_arithmetic(func, args, kwargs):
             return func(*args, **kwargs)  # e.g. torch.promote_types inside a decomposition
-        if func._schema.is_mutable:
-            return self.functionalize(func, args, kwargs)
+        check_not_stale(func, args, kwargs)
+        if is_mutation(func):
+            out = functionalize(self, func, args, kwargs)
+            if out is not NotImplemented:
+                return out
         out = NotImplemented
         decomposition = self.tracer.decompositions.get(func)
         if decomposition is not None:
@@ -162,67 +212,54 @@ class TracingMode(TorchDispatchMode):
                 out = decomposition(*args, **kwargs)
         if out is NotImplemented:
             out = self.tracer.record(func, args, kwargs)
-        return track_aliases(func, args, out)
+        return track_aliases(func, args, kwargs, out)
     # --8<-- [end:torch-dispatch]
 
-    # [Note: in-place ops] Our graphs are functional: a node's value never changes. An
-    # in-place op ``x.add_(y)`` on a tensor nobody else can see (an intermediate that is not
-    # an input, a constant, or a view or base of a view) is traced as ``add(x, y)`` and the
-    # TracerTensor ``x`` is re-pointed at the new node; later reads of ``x`` see the new
-    # value, which is exactly eager's behaviour. Mutating an aliased tensor would have to
-    # update its aliases and the caller's tensor (full functionalization, a later chapter),
-    # so for now it is unsupported.
-    def functionalize(self, func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> object:
-        """Trace an in-place aten op ``foo_`` as its functional twin ``foo``."""
-        schema = func._schema
-        functional = _functional_variant(func)
-        target = args[0] if args else None
-        written = [a for a in schema.arguments if a.alias_info and a.alias_info.is_write]
-        if functional is None or len(written) != 1 or written[0].name != "self":
-            raise AOTUnsupported(f"mutating op {func} is not supported yet (only in-place "
-                                 "ops like add_ on intermediate tensors)")
-        if not isinstance(target, TracerTensor) or target.aliased:
-            raise AOTUnsupported(f"{func} mutates an input, a constant or a view; "
-                                 "functionalization is not implemented yet")
-        with self:  # the functional op comes back to us: decomposed or recorded
-            out = functional(*args, **kwargs)
-            if out.dtype != target.dtype:  # x_float32.add_(y_float64) stays float32
-                out = torch.ops.aten._to_copy.default(out, dtype=target.dtype)
-        if out.shape != target.shape:
-            raise AOTUnsupported(f"{func} changed the shape of its input")
-        target.meta, target.proxy = out.meta, out.proxy
-        return target
+
+def check_not_stale(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> None:
+    """Refuse to read a view whose base was written in place after the view was taken: its
+    proxy still names the old value. See [Note: mutation through views]."""
+    for t in pytree.tree_leaves((args, kwargs)):
+        if isinstance(t, TracerTensor) and t.is_stale():
+            raise AOTUnsupported(f"{func} reads a view of a tensor that was modified in place "
+                                 "after the view was taken (see [Note: mutation through views])")
 
 
-def track_aliases(func: torch._ops.OpOverload, args: tuple, out: object) -> object:
-    """Keep the ``aliased`` flags of [Note: in-place ops] true to eager's storage sharing.
+def track_aliases(func: torch._ops.OpOverload, args: tuple, kwargs: dict,
+                  out: object) -> object:
+    """Keep the storage model of TracerTensor true to eager's storage sharing.
 
-    A view op's input and output share storage in eager: mark both. Any other op returns
-    fresh storage in eager, even when its decomposition returned an input unchanged
-    (``clone`` is the identity in a functional graph): give it a fresh TracerTensor on the
-    same node, so that mutating the copy in place leaves the original alone.
+    A view op's output shares its input's storage in eager: it gets the input's owner as
+    ``base``. Any other op returns fresh storage in eager, even when its decomposition
+    returned an input unchanged (``clone`` is the identity in a functional graph): give it a
+    fresh TracerTensor on the same node, so that mutating the copy leaves the original alone.
     """
     inputs = [t for t in pytree.tree_leaves(args) if isinstance(t, TracerTensor)]
-    if func.is_view:
-        for t in inputs + pytree.tree_leaves(out):
-            if isinstance(t, TracerTensor):
-                t.aliased = True
-        return out
 
     def fresh(t: object) -> object:
         if any(t is i for i in inputs):
             return TracerTensor(t.meta, t.device, t.proxy)
         return t
 
-    return pytree.tree_map(fresh, out)
+    out = pytree.tree_map(fresh, out)
+    if func.is_view and inputs:
+        owner = inputs[0].owner()
+        # eager's view geometry (a decomposition's meta may be laid out differently):
+        # needed to rebuild an output that is a view of an input (runtime.py)
+        geometry = _eager_view(func, args, kwargs) if owner.role == "input" else None
+        for t, g in zip(pytree.tree_leaves(out), pytree.tree_leaves(geometry)):
+            if isinstance(t, TracerTensor):
+                t.base, t.base_version, t.view_meta = owner, owner.version, g
+    return out
 
 
-def _functional_variant(func: torch._ops.OpOverload) -> torch._ops.OpOverload | None:
-    name = func._schema.name.split("::")[-1]
-    if not name.endswith("_") or name.startswith("_"):
-        return None
-    packet = getattr(torch.ops.aten, name[:-1], None)
-    return getattr(packet, func._overloadname, None) if packet is not None else None
+def _eager_view(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> object:
+    def geometry(x: object) -> object:
+        if isinstance(x, TracerTensor):
+            return x.view_meta if x.view_meta is not None else x.meta
+        return x
+
+    return func(*pytree.tree_map(geometry, args), **pytree.tree_map(geometry, kwargs))
 
 
 def _is_metadata_arithmetic(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> bool:
@@ -240,11 +277,25 @@ def _takes_device(func: torch._ops.OpOverload) -> bool:
     return any(a.name == "device" for a in func._schema.arguments)
 
 
+def set_device(func: torch._ops.OpOverload, args: tuple, kwargs: dict,
+               device: torch.device | str) -> tuple[tuple, dict]:
+    """``func``'s arguments with ``device`` replaced, whether given by position or name."""
+    position = [a.name for a in func._schema.arguments].index("device")
+    if position < len(args):
+        args = (*args[:position], torch.device(device), *args[position + 1:])
+    else:
+        kwargs = {**kwargs, "device": torch.device(device)}
+    return args, kwargs
+
+
 def output_device(func: torch._ops.OpOverload, flat_args: list, kwargs: dict) -> torch.device:
     """Where ``func``'s real result would live: the ``device`` argument if it has one, else
     the device of its first tensor with dims (0-dim CPU tensors may join CUDA ones)."""
     if kwargs.get("device") is not None:
         return torch.device(kwargs["device"])
+    devices = [x for x in flat_args if isinstance(x, torch.device)]  # given by position
+    if devices:
+        return devices[0]
     tensors = [x for x in flat_args if isinstance(x, torch.Tensor)]
     if not tensors:
         return torch.get_default_device()

@@ -1,4 +1,4 @@
-"""aot_module_simplified: one compile, results equal eager, inference only."""
+"""aot_module_simplified: one compile, results equal eager, compilers called as documented."""
 
 import primtorch
 import pytest
@@ -66,24 +66,27 @@ def test_without_decompositions_keeps_aten_ops():
     torch.testing.assert_close(compiled(x, w), model_fn(x, w))
 
 
-def test_training_is_unsupported():
+def test_training_compiles_forward_and_backward():
     x = torch.randn(3, requires_grad=True)
     gm = fx.symbolic_trace(lambda x: x.sin())
-    with pytest.raises(AOTUnsupported, match="training"):
-        aot_module_simplified(gm, [x], Counting())
-    with torch.no_grad():  # the same inputs are fine when autograd is off
-        compiled = aot_module_simplified(gm, [x], Counting())
-        torch.testing.assert_close(compiled(x)[0], x.sin())
+    fw, bw = Counting(), Counting()
+    compiled = aot_module_simplified(gm, [x], fw, bw)
+    assert len(fw.graphs) == 1 and len(bw.graphs) == 1
+    (y,) = compiled(x)
+    y.sum().backward()
+    torch.testing.assert_close(x.grad, x.detach().cos())
+    with torch.no_grad():  # the same inputs under no_grad: an inference graph
+        assert not compiled(x)[0].requires_grad
+    assert len(fw.graphs) == 2 and len(bw.graphs) == 1
 
 
-def test_parameters_that_require_grad_count_as_training():
-    model = torch.nn.Linear(3, 2)
-    with pytest.raises(AOTUnsupported, match="training"):
-        aot_module_simplified(model, [torch.randn(4, 3)], Counting())
-    with torch.no_grad():
-        compiled = aot_module_simplified(model, [torch.randn(4, 3)], Counting(),
-                                         decompositions=primtorch.decomposition_table)
-        x = torch.randn(4, 3)
-        torch.testing.assert_close(compiled(x)[0], model(x))
-    with pytest.raises(AOTUnsupported, match="training"):  # grad mode back on at run time
-        compiled(torch.randn(4, 3))
+def test_without_bw_compiler_the_fw_compiler_compiles_both():
+    compiler = Counting()
+    aot_module_simplified(torch.nn.Linear(3, 2), [torch.randn(4, 3)], compiler)
+    assert len(compiler.graphs) == 2
+
+
+def test_aot_unsupported_is_the_way_to_give_up():
+    with pytest.raises(AOTUnsupported):
+        aot_module_simplified(fx.symbolic_trace(lambda x: x.sum().item()),
+                              [torch.randn(3)], Counting())

@@ -273,4 +273,7 @@ def test_small_models_decompose_fully(name, model, shape, extern, dtype):
         gm = trace(model, [x], TABLE)
         assert_close(gm(x), model(x))
     report = primtorch.coverage(gm)
-    assert set(report["extern"]) == extern and not report["fallback"], report
+    # addmm may stay whole or become mm + a bias add, depending on primtorch's table
+    externs = {op.replace("addmm", "mm") for op in report["extern"]}
+    assert externs == {op.replace("addmm", "mm") for op in extern}, report
+    assert not report["fallback"], report

@@ -127,6 +127,21 @@ UNARY = {
     "sign": (torch.sign, "-1, 0 or 1"),
     "isnan": (torch.isnan, "a != a, as bool"),
     "logical_not": (torch.logical_not, "a == 0, as bool"),
+    "asin": (torch.asin, "arcsine"),
+    "acos": (torch.acos, "arccosine"),
+    "atan": (torch.atan, "arctangent"),
+    "sinh": (torch.sinh, "hyperbolic sine"),
+    "cosh": (torch.cosh, "hyperbolic cosine"),
+    "asinh": (torch.asinh, "inverse hyperbolic sine"),
+    "acosh": (torch.acosh, "inverse hyperbolic cosine"),
+    "atanh": (torch.atanh, "inverse hyperbolic tangent"),
+    "log2": (torch.log2, "base-2 logarithm"),
+    "exp2": (torch.exp2, "2 ** a"),
+    "round": (torch.round, "round half to even"),
+    "lgamma": (torch.lgamma, "log |gamma(a)|"),
+    "erfinv": (torch.erfinv, "the inverse of erf"),
+    "bitwise_not": (torch.bitwise_not, "~a (not for bool)"),
+    "isinf": (torch.isinf, "a is +inf or -inf, as bool"),
 }
 # --8<-- [end:unary-prims]
 
@@ -148,9 +163,12 @@ BINARY = {
     "bitwise_and": (torch.bitwise_and, "a & b (and for bool)"),
     "bitwise_or": (torch.bitwise_or, "a | b (or for bool)"),
     "bitwise_xor": (torch.bitwise_xor, "a ^ b (xor for bool)"),
+    "atan2": (torch.atan2, "the angle of the point (b, a)"),
+    "shift_left": (torch.bitwise_left_shift, "a << b (integers)"),
+    "shift_right": (torch.bitwise_right_shift, "a >> b, arithmetic (integers)"),
 }
 
-BOOL_RESULT = {"isnan", "logical_not", "eq", "ne", "lt", "le", "gt", "ge"}
+BOOL_RESULT = {"isnan", "isinf", "logical_not", "eq", "ne", "lt", "le", "gt", "ge"}
 
 
 def _define_unary(name: str, fn: Callable, doc: str) -> None:
@@ -306,6 +324,11 @@ def _define_reduction(name: str, fn: Callable, doc: str) -> None:
 
 for _name, (_fn, _doc) in REDUCTIONS.items():
     _define_reduction(_name, _fn, _doc)
+
+
+# The structured prims (indexing, concatenation, iota, argmax, random numbers) live in their
+# own module; it registers them into this one, so ``prims.gather`` works like ``prims.add``.
+from primtorch import prims_structured  # noqa: E402, F401
 
 
 def is_prim(target: object) -> bool:

@@ -59,7 +59,7 @@ def register_decomposition(*ops: torch._ops.OpOverload) -> Callable[[Callable], 
 
 def _extern_ops() -> frozenset:
     names = [
-        "mm.default", "bmm.default", "addmm.default",
+        "mm.default", "bmm.default",
         "convolution.default", "convolution_backward.default",
         "sort.default", "sort.stable", "topk.default", "cumsum.default",
     ]

@@ -7,7 +7,9 @@ checked on what its op really receives: broadcasting, 0-dim tensors, Python scal
 non-contiguous inputs, every dtype the OpInfo supports.
 """
 
+import sys
 from collections import Counter
+from pathlib import Path
 
 import primtorch
 import pytest
@@ -16,6 +18,14 @@ from primtorch import decomposition_table, prims
 from torch.testing._internal.common_methods_invocations import op_db
 from torch.utils._python_dispatch import TorchDispatchMode
 
+sys.path.insert(0, str(Path(__file__).parent))
+from primtorch_opinfo_coverage import (  # noqa: E402
+    BACKWARD,
+    BACKWARD_OPINFOS,
+    FORWARD,
+    FORWARD_OPINFOS,
+)
+
 aten = torch.ops.aten
 # Tolerances for comparing a decomposition with eager. Decompositions compute low-precision
 # floats in float32 and round once, like eager kernels, but composite formulas (gelu, var,
@@ -23,7 +33,7 @@ aten = torch.ops.aten
 TOLERANCES = {
     torch.float64: dict(rtol=1e-7, atol=1e-7),
     torch.float32: dict(rtol=1e-5, atol=1e-5),
-    torch.bfloat16: dict(rtol=2e-2, atol=2e-2),
+    torch.bfloat16: dict(rtol=3e-2, atol=3e-2),  # two bf16 ulps at magnitude 2..4
     torch.float16: dict(rtol=2e-3, atol=2e-3),
 }
 
@@ -41,19 +51,41 @@ def assert_same(actual, expected, what="", tol=None):
     if expected.device.type == "meta":
         return
     tol = tol or TOLERANCES.get(expected.dtype, dict(rtol=0, atol=0))
+    tol = LOOSER.get((what.split(" ")[0], expected.dtype), tol)
     torch.testing.assert_close(actual, expected, equal_nan=True, msg=lambda m: f"{what}: {m}",
                                **tol)
 
 
+# Where a formula amplifies rounding: normalizing a single element makes rstd 1/sqrt(eps),
+# so the float32 rounding of the saved mean (~1e-7) becomes ~3e-5 in the gradients.
+LOOSER = {("aten.native_layer_norm_backward.default", torch.float32): dict(rtol=1e-4,
+                                                                           atol=1e-4)}
+
 DTYPES = [torch.float32, torch.float64, torch.bfloat16, torch.int32, torch.int64, torch.bool]
+META_DTYPES = {torch.float32, torch.int64}  # meta checks shapes and dtypes only
 
 
 # Ops whose aten meta kernel gives the auxiliary outputs other dtypes/shapes than the CPU
 # kernel (the meta kernels follow CUDA). We follow CPU, and compare only output 0 on meta.
-META_DISAGREES_WITH_CPU = {aten.native_layer_norm.default, aten.native_batch_norm.default}
+META_DISAGREES_WITH_CPU = {aten.native_layer_norm.default, aten.native_batch_norm.default,
+                           aten._native_batch_norm_legit.default,
+                           aten._native_batch_norm_legit.no_stats,
+                           aten.native_group_norm.default}
+UNDEFINED_VALUES = {aten.empty.memory_format, aten.empty_like.default, aten.new_empty.default,
+                    aten.empty_strided.default, aten.new_empty_strided.default}
+# Random ops draw other numbers than eager (see [Note: random prims]): compare shape and
+# dtype here; test_random.py checks their distributions and consistency.
+RANDOM = {aten.native_dropout.default, aten.bernoulli.p, aten.bernoulli.default,
+          aten.rand.default, aten.rand_like.default, aten.randn.default,
+          aten.randn_like.default, aten.uniform.default}
+# Ops that write into their arguments (batch norm's running statistics): the decomposition
+# runs on copies, and the copies must end up equal to the arguments eager mutated.
+MUTATES = {aten.native_batch_norm.default, aten._native_batch_norm_legit.default}
 
 
-UNDEFINED_VALUES = {aten.empty.memory_format, aten.empty_like.default, aten.new_empty.default}
+def _clone_args(args):
+    return torch.utils._pytree.tree_map(
+        lambda a: a.clone() if isinstance(a, torch.Tensor) else a, args)
 
 
 class CrossRef(TorchDispatchMode):
@@ -65,114 +97,164 @@ class CrossRef(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        expected = func(*args, **kwargs)
         decomposition = decomposition_table.get(func)
+        decomposed_args = _clone_args(args) if func in MUTATES else args
+        expected = func(*args, **kwargs)
         if decomposition is not None:
-            actual = decomposition(*args, **kwargs)  # inner aten ops run eagerly
+            actual = decomposition(*decomposed_args, **kwargs)  # inner aten ops run eagerly
             if actual is not NotImplemented:
                 self.hits[func] += 1
-                compared = expected
-                if func in UNDEFINED_VALUES:  # only shape and dtype are defined
-                    actual, compared = actual.to("meta"), expected.to("meta")
-                if func in META_DISAGREES_WITH_CPU and expected[0].device.type == "meta":
-                    actual, compared = actual[0], expected[0]
-                shapes = [tuple(a.shape) if isinstance(a, torch.Tensor) else a for a in args]
-                assert_same(actual, compared, f"{func} on {shapes} {kwargs}")
+                self.compare(func, args, kwargs, actual, expected)
+                if func in MUTATES:
+                    tensors = [t for t in torch.utils._pytree.tree_leaves(args)
+                               if isinstance(t, torch.Tensor)]
+                    copies = [t for t in torch.utils._pytree.tree_leaves(decomposed_args)
+                              if isinstance(t, torch.Tensor)]
+                    assert_same(copies, tensors, f"{func}: mutated arguments")
         return expected
 
+    def compare(self, func, args, kwargs, actual, expected):
+        compared = expected
+        if func in UNDEFINED_VALUES or func in RANDOM:  # only shape and dtype are defined
+            actual, compared = _to_meta(actual), _to_meta(expected)
+        leaves = torch.utils._pytree.tree_leaves(expected)
+        if func in META_DISAGREES_WITH_CPU and leaves[0].device.type == "meta":
+            actual, compared = actual[0], expected[0]
+        if isinstance(compared, (tuple, list)):  # backward ops return None for unasked grads
+            pairs = [(a, e) for a, e in zip(actual, compared) if e is not None]
+            actual, compared = [a for a, _ in pairs], [e for _, e in pairs]
+        shapes = [tuple(a.shape) if isinstance(a, torch.Tensor) else a for a in args]
+        assert_same(actual, compared, f"{func} on {shapes} {kwargs}")
 
-# OpInfo (name, variant) -> the decomposed aten ops its samples must reach.
-OPINFO_COVERS = {
-    ("add", ""): [aten.add.Tensor], ("sub", ""): [aten.sub.Tensor],
-    ("mul", ""): [aten.mul.Tensor], ("rsub", ""): [aten.rsub.Tensor],
-    ("div", "no_rounding_mode"): [aten.div.Tensor],
-    ("div", "trunc_rounding"): [aten.div.Tensor_mode],
-    ("div", "floor_rounding"): [aten.div.Tensor_mode],
-    ("neg", ""): [aten.neg.default], ("abs", ""): [aten.abs.default],
-    ("sin", ""): [aten.sin.default], ("cos", ""): [aten.cos.default],
-    ("tan", ""): [aten.tan.default], ("tanh", ""): [aten.tanh.default],
-    ("exp", ""): [aten.exp.default], ("expm1", ""): [aten.expm1.default],
-    ("log", ""): [aten.log.default], ("log1p", ""): [aten.log1p.default],
-    ("sqrt", ""): [aten.sqrt.default], ("rsqrt", ""): [aten.rsqrt.default],
-    ("erf", ""): [aten.erf.default], ("reciprocal", ""): [aten.reciprocal.default],
-    ("sigmoid", ""): [aten.sigmoid.default], ("nn.functional.relu", ""): [aten.relu.default],
-    ("nn.functional.gelu", ""): [aten.gelu.default],
-    ("nn.functional.silu", ""): [aten.silu.default],
-    ("pow", ""): [aten.pow.Tensor_Tensor],
-    ("maximum", ""): [aten.maximum.default], ("minimum", ""): [aten.minimum.default],
-    ("clamp", ""): [aten.clamp.Tensor], ("where", ""): [aten.where.self],
-    ("eq", ""): [aten.eq.Tensor], ("ne", ""): [aten.ne.Tensor],
-    ("lt", ""): [aten.lt.Tensor], ("le", ""): [aten.le.Tensor],
-    ("gt", ""): [aten.gt.Tensor], ("ge", ""): [aten.ge.Tensor],
-    ("logical_not", ""): [aten.logical_not.default],
-    ("expand", ""): [aten.expand.default], ("view", ""): [aten.view.default],
-    ("reshape", ""): [aten.view.default],
-    ("permute", ""): [aten.permute.default], ("t", ""): [aten.t.default],
-    ("transpose", ""): [aten.transpose.int], ("unsqueeze", ""): [aten.unsqueeze.default],
-    ("squeeze", ""): [aten.squeeze.default, aten.squeeze.dim],
-    ("squeeze", "multiple"): [aten.squeeze.dims], ("clone", ""): [aten.clone.default],
-    ("sum", ""): [aten.sum.dim_IntList, aten.sum.default],
-    ("mean", ""): [aten.mean.dim, aten.mean.default],
-    ("amax", ""): [aten.amax.default], ("amin", ""): [aten.amin.default],
-    ("softmax", ""): [aten._softmax.default], ("log_softmax", ""): [aten._log_softmax.default],
-    ("var", ""): [aten.var.correction], ("to", ""): [aten._to_copy.default],
-    ("native_layer_norm", ""): [aten.native_layer_norm.default],
-    ("nn.functional.layer_norm", ""): [aten.native_layer_norm.default],
-    ("native_batch_norm", ""): [aten.native_batch_norm.default],
-    ("nn.functional.batch_norm", ""): [aten.native_batch_norm.default],
-    ("zeros", ""): [aten.zeros.default], ("ones", ""): [aten.ones.default],
-    ("full", ""): [aten.full.default], ("empty", ""): [aten.empty.memory_format],
-    ("zeros_like", ""): [aten.zeros_like.default], ("ones_like", ""): [aten.ones_like.default],
-    ("full_like", ""): [aten.full_like.default], ("empty_like", ""): [aten.empty_like.default],
-    ("scalar_tensor", ""): [aten.scalar_tensor.default],
-    ("new_zeros", ""): [aten.new_zeros.default], ("new_ones", ""): [aten.new_ones.default],
-    ("new_full", ""): [aten.new_full.default], ("new_empty", ""): [aten.new_empty.default],
-    ("double", ""): [aten._to_copy.default],
-}
-# Reached by hand-written tests below rather than by an OpInfo above.
-COVERED_BY_HAND = {aten.clamp.default, aten.pow.Scalar, aten.pow.Tensor_Scalar,
-                   aten.rsub.Scalar, aten._unsafe_view.default,
+
+def _to_meta(x):
+    return torch.utils._pytree.tree_map(
+        lambda t: t.to("meta") if isinstance(t, torch.Tensor) else t, x)
+
+
+OPINFOS = {".".join(filter(None, (op.name, op.variant_test_name))): op for op in op_db}
+# Decompositions no OpInfo reaches: reached by the hand-written HAND_CASES below.
+COVERED_BY_HAND = {aten.pow.Scalar, aten.rsub.Scalar, aten._unsafe_view.default,
                    aten.detach.default, aten.alias.default, aten.lift_fresh.default,
-                   aten.eq.Scalar, aten.ne.Scalar, aten.lt.Scalar, aten.le.Scalar,
-                   aten.gt.Scalar, aten.ge.Scalar,
-                   aten._native_batch_norm_legit_no_training.default}
+                   aten._native_batch_norm_legit_no_training.default,
+                   aten._native_batch_norm_legit.no_stats,
+                   aten._native_batch_norm_legit_functional.default,
+                   aten._scaled_dot_product_flash_attention_for_cpu.default,
+                   aten._scaled_dot_product_flash_attention_for_cpu_backward.default,
+                   aten.bernoulli.p, aten.native_dropout.default, aten.uniform.default,
+                   aten.rand_like.default, aten.copy.default, aten.fill.Tensor,
+                   aten.div.Scalar_mode, aten.floor_divide.Scalar, aten.fmod.Scalar,
+                   aten.remainder.Scalar_Tensor, aten.copysign.Scalar, aten.xlogy.Scalar_Self,
+                   aten.xlogy.Scalar_Other,
+                   aten.clamp_max.default, aten.bitwise_and.Scalar, aten.bitwise_or.Scalar,
+                   aten.bitwise_xor.Scalar, aten.bitwise_left_shift.Tensor_Scalar,
+                   aten.bitwise_right_shift.Tensor_Scalar}
+# (OpInfo, dtype) pairs whose samples expose a known gap: run by test_known_gaps, which
+# expects them to fail (strict xfail), and skipped by the main test.
+KNOWN_GAPS: dict[tuple[str, torch.dtype], str] = {}
 
-OPINFOS = {(op.name, op.variant_test_name): op for op in op_db}
+
+def _op(name: str) -> torch._ops.OpOverload:
+    packet, overload = name.split(".")
+    return getattr(getattr(aten, packet), overload)
 
 
-def _samples(opinfo, dtype, device):
-    for sample in opinfo.sample_inputs("cpu", dtype, requires_grad=False):
+def _samples(opinfo, dtype, device, requires_grad=False):
+    for sample in opinfo.sample_inputs("cpu", dtype, requires_grad=requires_grad):
         if device == "meta":
             sample = sample.transform(lambda t: t.to("meta") if isinstance(t, torch.Tensor)
                                       else t)
         yield sample
 
 
-@pytest.mark.filterwarnings("ignore:var\\(\\). degrees of freedom")
-@pytest.mark.parametrize("device", ["cpu", "meta"])
-@pytest.mark.parametrize("key", list(OPINFO_COVERS), ids=lambda k: ".".join(filter(None, k)))
-def test_decomposition_matches_eager(key, device):
-    opinfo = OPINFOS[key]
-    mode = CrossRef()
-    for dtype in DTYPES:
+def _runs_in_eager(opinfo, sample) -> bool:
+    """Inputs eager rejects (int ** negative int, ...) are not our business."""
+    try:
+        opinfo.op(sample.input, *sample.args, **sample.kwargs)
+    except Exception:
+        return False
+    return True
+
+
+# The first samples of each OpInfo cover its interesting cases (broadcasting, 0-dim, scalars,
+# non-contiguous); later ones repeat them at other sizes. Capped to keep CI within budget.
+MAX_SAMPLES = {"cpu": 20, "meta": 6}
+# OpInfos to run: those some decomposed op relies on, plus a few with extra variants.
+TESTED_OPINFOS = sorted(set(FORWARD.values()) | {"div.trunc_rounding", "bitwise_not",
+                                                  "max.binary", "min.binary"})
+
+
+def run_opinfo(key: str, device: str, dtypes) -> Counter:
+    opinfo, mode = OPINFOS[key], CrossRef()
+    for dtype in dtypes if device == "cpu" else [d for d in dtypes if d in META_DTYPES]:
         if dtype not in opinfo.supported_dtypes("cpu"):
             continue
-        for sample in _samples(opinfo, dtype, device):
-            try:  # inputs eager rejects (int ** negative int, ...) are not our business
-                opinfo.op(sample.input, *sample.args, **sample.kwargs)
-            except Exception:
+        torch.manual_seed(0)
+        for i, sample in enumerate(_samples(opinfo, dtype, device)):
+            if i >= MAX_SAMPLES[device]:
+                break
+            if _runs_in_eager(opinfo, sample):
+                with mode:
+                    opinfo.op(sample.input, *sample.args, **sample.kwargs)
+    return mode.hits
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+@pytest.mark.parametrize("device", ["cpu", "meta"])
+@pytest.mark.parametrize("key", TESTED_OPINFOS)
+def test_decomposition_matches_eager(key, device):
+    dtypes = [d for d in DTYPES if (key, d) not in KNOWN_GAPS]
+    hits = run_opinfo(key, device, dtypes)
+    if device == "cpu":
+        for op in [_op(o) for o, k in FORWARD.items() if k == key]:
+            assert hits[op] > 0, f"{op} was never reached by {key} samples"
+
+
+@pytest.mark.parametrize("key,dtype", [pytest.param(k, d, marks=pytest.mark.xfail(
+    reason=reason, strict=True)) for (k, d), reason in KNOWN_GAPS.items()] or [
+        pytest.param(None, None, marks=pytest.mark.skip(reason="no known gaps"))])
+def test_known_gaps(key, dtype):
+    run_opinfo(key, "cpu", [dtype])
+
+
+def _grad_inputs(sample):
+    leaves = torch.utils._pytree.tree_leaves((sample.input, sample.args, sample.kwargs))
+    return [t for t in leaves if isinstance(t, torch.Tensor) and t.requires_grad]
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+@pytest.mark.parametrize("key", BACKWARD_OPINFOS)
+def test_backward_decompositions_match_eager(key):
+    """Gradients: run forward and backward eagerly under CrossRef, so every backward op
+    autograd calls (gelu_backward, native_layer_norm_backward, ...) is checked against
+    its decomposition on the very arguments the real backward passes."""
+    opinfo, mode = OPINFOS[key], CrossRef()
+    for dtype in (torch.float64, torch.float32):
+        torch.manual_seed(0)
+        for i, sample in enumerate(_samples(opinfo, dtype, "cpu", requires_grad=True)):
+            if i >= MAX_SAMPLES["cpu"] or not _runs_in_eager(opinfo, sample):
                 continue
+            out = opinfo.op(sample.input, *sample.args, **sample.kwargs)
+            outs = [o for o in torch.utils._pytree.tree_leaves(out)
+                    if isinstance(o, torch.Tensor) and o.requires_grad]
+            inputs = _grad_inputs(sample)
+            if not outs or not inputs:
+                continue
+            grads = [torch.randn_like(o) for o in outs]
             with mode:
-                opinfo.op(sample.input, *sample.args, **sample.kwargs)
-    for op in OPINFO_COVERS[key]:
-        assert mode.hits[op] > 0, f"{op} was never reached by {key} samples"
+                out = opinfo.op(sample.input, *sample.args, **sample.kwargs)
+                outs = [o for o in torch.utils._pytree.tree_leaves(out)
+                        if isinstance(o, torch.Tensor) and o.requires_grad]
+                torch.autograd.grad(outs, inputs, grads, allow_unused=True)
+    for op in [_op(o) for o, k in BACKWARD.items() if k == key]:
+        assert mode.hits[op] > 0, f"{op} was never reached by the backward of {key}"
 
 
 def test_every_decomposition_is_tested():
-    tested = set(COVERED_BY_HAND)
-    for ops in OPINFO_COVERS.values():
-        tested.update(ops)
+    tested = set(COVERED_BY_HAND) | {_op(o) for o in FORWARD} | {_op(o) for o in BACKWARD}
     assert set(decomposition_table) <= tested, set(decomposition_table) - tested
+    assert set(FORWARD.values()) <= set(FORWARD_OPINFOS) & set(TESTED_OPINFOS)
+    assert set(BACKWARD.values()) <= set(BACKWARD_OPINFOS)
 
 
 def run_decomposed(fn, *args):
@@ -195,18 +277,55 @@ def test_promotion_and_broadcasting_by_hand(dtype):
         assert sum(hits.values()) > 0
 
 
+def _bn_args(x):
+    return x.float(), torch.randn(3), None, torch.randn(3), torch.rand(3) + 0.5
+
+
+def _attention(x, causal=True, mask=None):
+    q, k, v = (torch.randn(2, 2, 4, 8, dtype=x.dtype if x.is_floating_point() else None)
+               for _ in range(3))
+    return aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, causal,
+                                                            attn_mask=mask)
+
+
+def _attention_backward(x):
+    q, k, v = (torch.randn(2, 2, 4, 8, requires_grad=True) for _ in range(3))
+    mask = torch.randn(4, 4)
+    out = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    return torch.autograd.grad(out, (q, k, v), torch.randn_like(out))
+
+
 HAND_CASES = {
-    aten.pow.Scalar: lambda x: 2 ** x, aten.pow.Tensor_Scalar: lambda x: x ** 3,
-    aten.rsub.Scalar: lambda x: 2 - x, aten.clamp.default: lambda x: x.clamp(-0.5, 0.5),
+    aten.pow.Scalar: lambda x: 2 ** x, aten.rsub.Scalar: lambda x: 2 - x,
     aten.detach.default: lambda x: x.detach(), aten.alias.default: aten.alias,
     aten._unsafe_view.default: lambda x: x.t().reshape(6),
     aten.lift_fresh.default: aten.lift_fresh,
-    aten.eq.Scalar: lambda x: x == 0.5, aten.ne.Scalar: lambda x: x != 1,
-    aten.lt.Scalar: lambda x: x < 0, aten.le.Scalar: lambda x: x <= 0.25,
-    aten.gt.Scalar: lambda x: x > True, aten.ge.Scalar: lambda x: x >= -1,
     aten._native_batch_norm_legit_no_training.default: lambda x: (
-        aten._native_batch_norm_legit_no_training(
-            x.float(), torch.randn(3), None, torch.randn(3), torch.rand(3) + 0.5, 0.1, 1e-5)),
+        aten._native_batch_norm_legit_no_training(*_bn_args(x), 0.1, 1e-5)),
+    aten._native_batch_norm_legit.no_stats: lambda x: aten._native_batch_norm_legit(
+        x.float(), None, torch.randn(3), True, 0.1, 1e-5),
+    aten._native_batch_norm_legit_functional.default: lambda x: (
+        aten._native_batch_norm_legit_functional(*_bn_args(x), True, 0.1, 1e-5)),
+    aten._scaled_dot_product_flash_attention_for_cpu.default: _attention,
+    aten._scaled_dot_product_flash_attention_for_cpu_backward.default: _attention_backward,
+    aten.bernoulli.p: lambda x: aten.bernoulli.p(x.float(), 0.3),
+    aten.native_dropout.default: lambda x: aten.native_dropout(x.float(), 0.3, True),
+    aten.uniform.default: lambda x: aten.uniform(x.float(), -2, 3),
+    aten.rand_like.default: lambda x: torch.rand_like(x.float()),
+    aten.copy.default: lambda x: aten.copy(x, torch.tensor([1, 2, 3])),
+    aten.fill.Tensor: lambda x: aten.fill(x, torch.tensor(7)),
+    aten.div.Scalar_mode: lambda x: aten.div.Scalar_mode(x.float(), 0.7, rounding_mode="floor"),
+    aten.floor_divide.Scalar: lambda x: aten.floor_divide.Scalar(x.float(), -1.5),
+    aten.fmod.Scalar: lambda x: torch.fmod(x, 2), aten.remainder.Scalar_Tensor: lambda x: (
+        torch.remainder(5, x.float() + 10)),
+    aten.copysign.Scalar: lambda x: torch.copysign(x, -1.0),
+    aten.xlogy.Scalar_Self: lambda x: torch.xlogy(2, x.abs() + 1),
+    aten.xlogy.Scalar_Other: lambda x: torch.xlogy(x, 3),
+    aten.clamp_max.default: lambda x: x.clamp_max(0.5),
+    aten.bitwise_and.Scalar: lambda x: (x > 0) & True,
+    aten.bitwise_or.Scalar: lambda x: x.long() | 6, aten.bitwise_xor.Scalar: lambda x: x.long() ^ 5,
+    aten.bitwise_left_shift.Tensor_Scalar: lambda x: torch.bitwise_left_shift(x.long(), 2),
+    aten.bitwise_right_shift.Tensor_Scalar: lambda x: torch.bitwise_right_shift(x.long(), 1),
 }
 
 
@@ -214,9 +333,10 @@ HAND_CASES = {
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64])
 def test_hand_cases(op, dtype):
     x = (torch.randn(2, 3) * 3).to(dtype)
+    torch.manual_seed(0)
     with CrossRef() as mode:
         HAND_CASES[op](x)
-    assert mode.hits[op] == 1
+    assert mode.hits[op] >= 1
 
 
 def test_hand_cases_cover_the_rest():

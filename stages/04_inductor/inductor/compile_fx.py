@@ -42,6 +42,9 @@ class CompiledGraph:
     def __init__(self, call: Callable[..., tuple], artifacts: dict[str, str],
                  kernel_count: int) -> None:
         self.call, self.artifacts, self.kernel_count = call, artifacts, kernel_count
+        self.prims_graph_module: torch.fx.GraphModule | None = None
+        # prims-graph node name -> number of the kernel that computes it (for pictures)
+        self.kernel_groups: dict[str, int] = {}
 
     def __call__(self, *args: torch.Tensor) -> tuple:
         return self.call(*args)
@@ -69,6 +72,9 @@ def compile_fx_inner(prims_gm: torch.fx.GraphModule, example_inputs: list[Any], 
         artifacts["wrapper"] = source
         scope = exec_python_source(source, "wrapper", "call", {"prims_graph": prims_gm})
         return CompiledGraph(scope["call"], artifacts, 0)
+    devices = {t.device.type for t in example_inputs if isinstance(t, torch.Tensor)}
+    if target == "cpp" and devices - {"cpu"}:
+        raise CompileError(f"target 'cpp' runs on CPU tensors, got inputs on {sorted(devices)}")
     graph = GraphLowering(prims_gm, example_inputs)
     graph.run(*example_inputs)
     artifacts["loop_ir"] = "\n\n".join(op.describe() for op in graph.operations)
@@ -89,7 +95,33 @@ def compile_fx_inner(prims_gm: torch.fx.GraphModule, example_inputs: list[Any], 
     artifacts["wrapper"] = source
     namespace.update(wrapper.constants)
     scope = exec_python_source(source, "wrapper", "call", namespace)
-    return CompiledGraph(scope["call"], artifacts, len(kernels))
+    result = CompiledGraph(scope["call"], artifacts, len(kernels))
+    result.prims_graph_module = prims_gm
+    result.kernel_groups = kernel_groups(graph, scheduler)
+    return result
+
+
+def kernel_groups(graph: GraphLowering, scheduler: Scheduler) -> dict[str, int]:
+    """Which kernel computes each node of the prims graph.
+
+    A node realized into a buffer belongs to that buffer's kernel; a node that was inlined
+    (never stored) belongs to the kernel of its first user that has one.
+    """
+    kernel_of_buffer = {}
+    fused = [g for g in scheduler.groups if isinstance(g, FusedGroup)]
+    for number, group in enumerate(fused):
+        kernel_of_buffer.update({node.name: number for node in group.nodes})
+    groups: dict[str, int] = {}
+    for node in reversed(list(graph.module.graph.nodes)):
+        value = graph.env.get(node)
+        name = getattr(value, "name", None)
+        if node.op == "call_function" and name in kernel_of_buffer:
+            groups[node.name] = kernel_of_buffer[name]
+        elif node.op == "call_function" and not isinstance(value, Buffer):
+            users = [groups[u.name] for u in node.users if u.name in groups]
+            if users:
+                groups[node.name] = users[0]
+    return groups
 
 
 def _load_kernel(kernel: Any, target: str) -> Any:
@@ -108,7 +140,10 @@ def _describe_groups(scheduler: Scheduler) -> list[str]:
         if isinstance(group, FusedGroup):
             names = [n.name + (" (removed)" if n.name in scheduler.removed else "")
                      for n in group.nodes]
-            lines.append(f"kernel over {[int(s) for s in group.ranges]}: {', '.join(names)}")
+            reducing = (f", reducing {[int(s) for s in group.reduction_ranges]}"
+                        if group.is_reduction() else "")
+            lines.append(f"kernel over {[int(s) for s in group.ranges]}{reducing}: "
+                         f"{', '.join(names)}")
         else:
             lines.append(f"library call {group.kernel.name}: {group.kernel.op}")
     return lines
@@ -141,9 +176,27 @@ def compile_fx(gm: torch.fx.GraphModule, example_inputs: list[Any], *,
     def run(*args: Any) -> Any:
         return fn(*args)
 
-    run.artifacts = compiled[0].artifacts if compiled else {}  # type: ignore[attr-defined]
+    run.artifacts = _artifacts(fn, compiled)  # type: ignore[attr-defined]
     run.kernel_count = sum(c.kernel_count for c in compiled)  # type: ignore[attr-defined]
+    if compiled:
+        run.prims_graph_module = compiled[0].prims_graph_module  # type: ignore[attr-defined]
+        run.kernel_groups = compiled[0].kernel_groups  # type: ignore[attr-defined]
     return run
+
+
+def _artifacts(aot_fn: Any, compiled: list[CompiledGraph]) -> dict[str, str]:
+    """The forward's artifacts; for training, aotautograd's graphs and the backward's too
+    (keys ``backward/...``)."""
+    artifacts: dict[str, str] = {}
+    if getattr(aot_fn, "bw_graph", None) is not None:  # training: a joint graph was split
+        for key in ("joint_graph", "fw_graph", "bw_graph"):
+            artifacts[key] = getattr(aot_fn, key).print_readable(print_output=False)
+        artifacts["partition"] = aot_fn.partition.describe()
+    if compiled:
+        artifacts.update(compiled[0].artifacts)
+    for key, text in (compiled[1].artifacts.items() if len(compiled) > 1 else ()):
+        artifacts[f"backward/{key}"] = text
+    return artifacts
 
 
 __all__ = ["CompiledGraph", "compile_fx", "compile_fx_inner", "ComputedBuffer"]

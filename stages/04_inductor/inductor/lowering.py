@@ -35,7 +35,7 @@ from inductor.ir import (
     flat_index,
     sympify_all,
 )
-from inductor.virtualized import ops
+from inductor.virtualized import V, ops
 
 lowerings: dict[Any, Callable[..., IRNode | None]] = {}
 
@@ -51,10 +51,21 @@ def register_lowering(op: Any) -> Callable[[Callable], Callable]:
 
 
 FLOATING_ONLY = {"div", "pow", "sin", "cos", "tan", "tanh", "exp", "expm1", "log", "log1p",
-                 "sqrt", "rsqrt", "erf", "reciprocal", "floor", "ceil", "trunc"}
-INTEGER_ONLY = {"bitwise_and", "bitwise_or", "bitwise_xor"}
+                 "sqrt", "rsqrt", "erf", "reciprocal", "floor", "ceil", "trunc", "sinh", "cosh",
+                 "asinh", "acosh", "atanh", "log2", "exp2", "round", "isinf", "asin", "acos",
+                 "atan", "atan2", "lgamma", "erfinv"}
+INTEGER_ONLY = {"bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not"}
 # On bools, torch's add is "or"; Triton's 1-bit add would be "xor". Not worth a special case.
-NO_BOOL = {"abs", "neg", "sign", "add", "sub", "maximum", "minimum", "fmod"}
+NO_BOOL = {"abs", "neg", "sign", "add", "sub", "maximum", "minimum", "fmod", "bitwise_not"}
+
+
+def printable(name: str) -> bool:
+    """Whether both kernel printers spell op ``name``; prims added later without a
+    spelling (say, ``lgamma``) are library calls until someone adds one."""
+    from inductor.codegen.cpp import CPP_OPS
+    from inductor.codegen.triton import TRITON_OPS
+
+    return name in CPP_OPS and name in TRITON_OPS
 
 
 def supports_dtype(name: str, dtype: torch.dtype) -> bool:
@@ -63,10 +74,12 @@ def supports_dtype(name: str, dtype: torch.dtype) -> bool:
     Everything else goes to a library call; e.g. ``pow`` on integers, whose exact overflow
     behaviour is not worth reproducing in a first cut.
     """
+    if not printable(name):
+        return False
     if name in FLOATING_ONLY:
         return dtype.is_floating_point
     if name in INTEGER_ONLY:
-        return not dtype.is_floating_point
+        return not dtype.is_floating_point and (name not in NO_BOOL or dtype != torch.bool)
     if name in NO_BOOL:
         return dtype != torch.bool
     return True
@@ -103,6 +116,39 @@ for _name in [*prims.UNARY, *prims.BINARY]:
 # --8<-- [end:lowering-add]
 
 
+class _ConstantProbe:
+    """An ops handler under which a body returns ``("constant", value)`` iff it is one."""
+
+    def constant(self, value: Any, dtype: torch.dtype) -> tuple[str, Any]:
+        return ("constant", value)
+
+    def __getattr__(self, name: str) -> Callable[..., None]:
+        return lambda *args: None
+
+
+def constant_value(x: IRNode) -> Any:
+    """The value of ``x`` if it is the same constant everywhere (``prims.full``), else None."""
+    if not isinstance(x, Pointwise):
+        return None
+    with V.set_ops_handler(_ConstantProbe()):
+        result = x.inner_fn([sympy.Integer(0)] * len(x.ranges))
+    return result[1] if isinstance(result, tuple) and result[0] == "constant" else None
+
+
+@register_lowering(prims.pow)
+def pow_(a: IRNode, b: IRNode) -> IRNode | None:
+    """``a ** 2`` is ``a * a`` and ``a ** -1`` is ``1 / a`` (both exactly what a correctly
+    rounded pow gives); a general pow costs a libdevice call of ~100 instructions per element,
+    enough to make an RMS norm compute-bound on a GPU."""
+    exponent = constant_value(b)
+    if a.get_dtype().is_floating_point and exponent in (1, 2, -1):
+        if exponent == 1:
+            return a
+        return make_pointwise("mul" if exponent == 2 else "reciprocal")(
+            *([a, a] if exponent == 2 else [a]))
+    return make_pointwise("pow")(a, b)
+
+
 @register_lowering(prims.where)
 def where(pred: IRNode, a: IRNode, b: IRNode) -> IRNode:
     loaders = [pred.make_loader(), a.make_loader(), b.make_loader()]
@@ -135,6 +181,7 @@ def full(shape: Sequence[int], fill_value: Any, *, dtype: torch.dtype,
 @register_lowering(prims.broadcast_in_dim)
 def broadcast_in_dim(a: IRNode, shape: Sequence[int], broadcast_dimensions: Sequence[int]):
     """Input dim i is output dim ``broadcast_dimensions[i]``; its index is 0 where size is 1."""
+    # BEGIN EXERCISE inductor-broadcast: lower broadcast_in_dim as an index remapping view
     load, in_size = a.make_loader(), a.get_size()
 
     def inner_fn(index: Sequence[Expr]) -> Any:
@@ -142,6 +189,7 @@ def broadcast_in_dim(a: IRNode, shape: Sequence[int], broadcast_dimensions: Sequ
                      for size, d in zip(in_size, broadcast_dimensions)])
 
     return Pointwise(a.get_device(), a.get_dtype(), inner_fn, sympify_all(shape))
+    # END EXERCISE inductor-broadcast
 
 
 @register_lowering(prims.permute)

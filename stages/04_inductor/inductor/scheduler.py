@@ -3,8 +3,9 @@
 Input: ``GraphLowering.operations`` (``ComputedBuffer`` and ``FallbackKernel`` in program
 order) and the names of the graph outputs.
 Output: ``Scheduler.groups``, a list in program order of ``FusedGroup`` (loops that become
-ONE kernel: pointwise, or reductions with the pointwise loops around them) and ``ExternNode`` (a library call); ``Scheduler.removed``, the buffers
-that only live inside one kernel (never allocated, never stored); ``Scheduler.log``, one
+ONE kernel: pointwise, or reductions with the pointwise loops around them) and
+``ExternNode`` (a library call); ``Scheduler.removed``, the buffers that only live inside
+one kernel (never allocated, never stored); ``Scheduler.log``, one
 line per fusion decision with its reason (the ``fusion`` artifact).
 
 Chapter: book/docs/inductor.md ("Scheduling and fusion").

@@ -160,3 +160,17 @@ def test_bad_target_is_a_value_error():
     x = torch.randn(3)
     with pytest.raises(ValueError, match="target"):
         inductor.compile_fx_inner(prims_graph(chain, [x, x]), [x, x], target="cuda")
+
+
+@pytest.mark.parametrize("shape", [(1 << 16,), (300, 257)], ids=str)
+def test_loops_big_enough_to_run_in_parallel(shape):
+    """Above the C++ printer's parallel threshold the loop gets OpenMP pragmas that must
+    compile together with the vectorisation pragma, for 1-D and 2-D loops."""
+    from inductor.codegen.cpp import PARALLEL_THRESHOLD
+
+    assert torch.Size(shape).numel() >= PARALLEL_THRESHOLD
+    x, y = torch.randn(shape), torch.randn(shape)
+    compiled, (out,) = run(chain, [x, y], "cpp")
+    (source,) = [v for k, v in compiled.artifacts.items() if k.startswith("kernels/")]
+    assert "omp parallel for" in source
+    assert_close(out, chain_eager(x, y))

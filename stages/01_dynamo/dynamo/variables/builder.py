@@ -1,16 +1,18 @@
 """VariableBuilder: turn real Python values into trackers, recording their guards.
 
 Input: a value the frame reads from outside (an argument, a global, a
-closure cell) together with its source expression; or a value found by
-attribute lookup on a module (no source, no guard); or the proxy and
-example value of a new graph node. Output: the matching VariableTracker;
-tensors become graph placeholders, constants are specialised and guarded
-by value.
-Chapter: book/docs/dynamo.md ("Wrapping inputs").
+closure cell, an attribute of ``self``) together with its source
+expression; or a value found by attribute lookup on a Python module (no
+source, no guard); or the proxy and example value of a new graph node.
+Output: the matching VariableTracker; tensors become graph placeholders,
+constants are specialised and guarded by value, modules, functions and
+classes are guarded by identity, containers by type and length.
+Chapter: book/docs/dynamo.md ("Wrapping inputs", "Guards").
 """
 
 from __future__ import annotations
 
+import functools
 import types
 from typing import TYPE_CHECKING, Any
 
@@ -20,48 +22,102 @@ import torch.fx
 from ..exc import unimplemented
 from ..guards import (
     Guard,
+    literal,
     make_constant_guards,
     make_identity_guard,
     make_tensor_guards,
+    make_type_guard,
 )
 from .base import VariableTracker
-from .builtin import BuiltinVariable, is_pure
-from .constant import ConstantVariable, is_literal
-from .lists import ListVariable, TupleVariable
-from .misc import PythonModuleVariable, TypeVariable, UserFunctionVariable, UserObjectVariable
+from .builtin import BuiltinVariable, has_special_case, is_pure
+from .constant import ConstantVariable, SymNumberVariable, is_literal
+from .dicts import ConstDictVariable
+from .functions import FunctoolsPartialVariable, UserFunctionVariable, UserMethodVariable
+from .lists import ListVariable, NamedTupleVariable, TupleVariable
+from .misc import PythonModuleVariable, TypeVariable
+from .nn_module import NNModuleVariable
 from .tensor import TensorVariable
 from .torch import TorchFunctionVariable
+from .user_defined import UserDefinedClassVariable, UserObjectVariable
 
 if TYPE_CHECKING:
     from ..output_graph import OutputGraph
+    from ..symbolic_convert import InstructionTranslatorBase as InstructionTranslator
+
+_IDENTITY_GUARDED = (PythonModuleVariable, BuiltinVariable, TorchFunctionVariable,
+                     UserFunctionVariable, TypeVariable, UserDefinedClassVariable)
 
 
-def wrap(output: OutputGraph, value: Any, source: str) -> VariableTracker:
-    """Wrap a value that came from outside the frame, adding the guards it needs."""
+def wrap(output: OutputGraph, value: Any, source: str, sym_numbers: bool = False
+         ) -> VariableTracker:
+    """Wrap a value that came from outside the frame, adding the guards it needs.
+
+    The same source wrapped twice gives the same tracker (its latest version,
+    if the object was mutated during the trace).
+    """
+    cached = output.wrap_cache.get(source)
+    if cached is not None:
+        return output.side_effects.latest(cached)
+    tracker = _wrap(output, value, source, sym_numbers)
+    output.wrap_cache[source] = tracker
+    return tracker
+
+
+def _wrap(output: OutputGraph, value: Any, source: str, sym_numbers: bool) -> VariableTracker:
     if isinstance(value, torch.Tensor):
         return wrap_tensor(output, value, source)
-    if is_literal(value):
+    if sym_numbers and type(value) in (int, float):  # [Note: numbers across a graph break]
+        output.add_guards([Guard(source, "TYPE", f"type({source}) is {type(value).__name__}")])
+        return SymNumberVariable(value, source, output)
+    if is_literal(value) and type(value) not in (tuple, frozenset):
         try:
             output.add_guards(make_constant_guards(source, value))
         except TypeError:
             unimplemented(f"cannot guard on the value of {source} ({type(value).__name__})")
         return ConstantVariable(value, source=source)
-    if type(value) in (tuple, list):
-        kind = type(value).__name__
-        output.add_guards([
-            Guard(source, "TYPE", f"type({source}) is {kind}"),
-            Guard(source, "LEN", f"len({source}) == {len(value)}"),
-        ])
-        items = tuple(wrap(output, v, f"{source}[{i}]") for i, v in enumerate(value))
-        cls = TupleVariable if kind == "tuple" else ListVariable
-        return cls(items, source=source)
-    if isinstance(value, dict):
-        unimplemented(f"dict argument {source} (dicts are not supported yet)")
+    if isinstance(value, (tuple, list)):
+        return _wrap_sequence(output, value, source, sym_numbers)
+    if type(value) is dict:
+        return _wrap_dict(output, value, source, sym_numbers)
+    if isinstance(value, torch.nn.Module):
+        output.add_guards([Guard(source, "ID", f"id({source}) == {id(value)}")])
+        return NNModuleVariable(value, source=source)
+    if isinstance(value, types.MethodType) and isinstance(value.__func__, types.FunctionType):
+        output.add_guards([make_type_guard(source, value)])
+        obj = wrap(output, value.__self__, f"{source}.__self__")
+        return UserMethodVariable(value.__func__, obj, source=source)
+    if isinstance(value, functools.partial):
+        output.add_guards([make_type_guard(source, value)])
+        fn = wrap(output, value.func, f"{source}.func")
+        args = tuple(wrap(output, a, f"{source}.args[{i}]") for i, a in enumerate(value.args))
+        kw = {k: wrap(output, v, f"{source}.keywords[{k!r}]") for k, v in value.keywords.items()}
+        return FunctoolsPartialVariable(fn, args, kw, source=source)
     static = wrap_static(value, strict=False)
     if static is not None:
         output.add_guards([make_identity_guard(source, value)])
-        return static
-    return UserObjectVariable(value, source=source)  # carried along, never opened
+        return static.clone(source=source)
+    output.add_guards([make_type_guard(source, value)])
+    return UserObjectVariable(value, source=source)
+
+
+def _wrap_sequence(output: OutputGraph, value: Any, source: str, sym: bool) -> VariableTracker:
+    output.add_guards([make_type_guard(source, value),
+                       Guard(source, "LEN", f"len({source}) == {len(value)}")])
+    items = tuple(wrap(output, v, f"{source}[{i}]", sym) for i, v in enumerate(value))
+    if isinstance(value, tuple) and hasattr(type(value), "_fields"):
+        return NamedTupleVariable(items, cls=type(value), source=source)
+    cls = TupleVariable if isinstance(value, tuple) else ListVariable
+    return cls(items, source=source)
+
+
+def _wrap_dict(output: OutputGraph, value: dict, source: str, sym: bool) -> VariableTracker:
+    if not all(is_literal(k) for k in value):
+        unimplemented(f"dict {source} has keys that are not constants")
+    keys = literal(list(value))
+    output.add_guards([Guard(source, "TYPE", f"type({source}) is dict"),
+                       Guard(source, "KEYS", f"list({source}.keys()) == {keys}")])
+    items = {k: wrap(output, v, f"{source}[{literal(k)}]", sym) for k, v in value.items()}
+    return ConstDictVariable(items, source=source)
 
 
 # --8<-- [start:wrap-tensor]
@@ -72,14 +128,14 @@ def wrap_tensor(output: OutputGraph, value: torch.Tensor, source: str) -> Variab
     if value.layout != torch.strided:
         unimplemented(f"{value.layout} tensor {source} (only strided tensors)")
     same = output.input_tensors.get(id(value))
-    if same is not None:  # the caller passed one tensor twice: one placeholder
+    if same is not None:  # one tensor reached twice (tied weights, x passed twice)
         output.add_guards([Guard(source, "ALIAS", f"{source} is {same.source}")])
         return same
     output.add_guards(make_tensor_guards(source, value))
     proxy = output.add_graph_input(source, value)
     example = meta_copy(value)
     proxy.node.meta["example_value"] = example
-    tensor_vt = TensorVariable(proxy, example, value.device, source=source)
+    tensor_vt = TensorVariable(proxy, example, value.device, type(value), source=source)
     output.input_tensors[id(value)] = tensor_vt
     return tensor_vt
 # --8<-- [end:wrap-tensor]
@@ -98,22 +154,58 @@ def meta_copy(value: torch.Tensor) -> torch.Tensor:
     return meta.requires_grad_(value.requires_grad)
 
 
+def wrap_attribute(tx: InstructionTranslator, owner: VariableTracker, obj: Any, key: Any,
+                   path: str | None = None) -> VariableTracker:
+    """``obj.key`` (or ``obj[key]`` when ``path`` is given), reached from ``owner``.
+
+    With a source on the owner the value is wrapped (and guarded) through
+    ``owner.source + path``; without one it can only be used as a static value.
+    """
+    try:
+        value = getattr(obj, key) if path is None else obj[key]
+    except (AttributeError, KeyError, IndexError) as e:
+        from ..exc import UserErrorInTrace
+
+        raise UserErrorInTrace(e) from e
+    if path is None:
+        path = f".{key}" if str(key).isidentifier() else f".__dict__[{key!r}]"
+    if owner.source is not None:
+        return wrap(tx.output, value, owner.source + path)
+    if isinstance(value, torch.Tensor):
+        unimplemented(f"a tensor ({path}) reached from a value without a source")
+    static = wrap_static(value, strict=False)
+    if static is not None:
+        return static
+    if isinstance(value, torch.nn.Module):
+        return NNModuleVariable(value)
+    return UserObjectVariable(value)
+
+
 def wrap_static(value: Any, strict: bool = True) -> VariableTracker | None:
     """Wrap a value found by attribute lookup (``torch.sin``, ``torch.float32``, ``math.pi``)."""
     if isinstance(value, types.ModuleType):
         return PythonModuleVariable(value)
     if is_literal(value):
         return ConstantVariable(value)
-    if is_pure(value) or isinstance(value, types.BuiltinFunctionType) and _is_builtin(value):
+    if any(value is f for f in (torch.no_grad, torch.enable_grad, torch.set_grad_enabled,
+                                torch.autocast)):
+        return TorchFunctionVariable(value)
+    if value is functools.partial or has_special_case(value) or is_pure(value) or (
+            isinstance(value, types.BuiltinFunctionType) and _is_builtin(value)):
         return BuiltinVariable(value)
     if isinstance(value, type):
-        return TypeVariable(value)
+        if _is_torch(value) or value.__module__ == "builtins":
+            return TypeVariable(value)
+        return UserDefinedClassVariable(value)
     if callable(value) and _is_torch(value) and not isinstance(value, torch.nn.Module):
-        return TorchFunctionVariable(value)
+        if not isinstance(value, types.FunctionType) or _is_torch_function(value):
+            return TorchFunctionVariable(value)
     if isinstance(value, types.FunctionType):
         return UserFunctionVariable(value)
+    if isinstance(value, (types.BuiltinFunctionType, types.BuiltinMethodType)):
+        return BuiltinVariable(value)  # an unknown C function: calling it breaks the graph
     if strict:
-        unimplemented(f"a {type(value).__qualname__} value from a module")
+        unimplemented(f"a {type(value).__qualname__} value")
     return None
 
 
@@ -124,6 +216,13 @@ def _is_builtin(fn: Any) -> bool:
 def _is_torch(fn: Any) -> bool:
     module = getattr(fn, "__module__", None) or ""
     return module == "torch" or module.startswith("torch.")
+
+
+def _is_torch_function(fn: types.FunctionType) -> bool:
+    """A Python function of torch that is an *op* (F.relu), not a container or helper."""
+    return fn.__module__ in ("torch.functional", "torch.nn.functional") or \
+        fn.__module__.startswith(("torch._tensor", "torch.random", "torch.overrides")) or \
+        fn.__module__ == "torch"
 
 
 def wrap_fx_proxy(

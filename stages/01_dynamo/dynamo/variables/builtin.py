@@ -1,33 +1,41 @@
 """BuiltinVariable: Python builtins and the functions of ``operator`` and ``math``.
 
 Input: a builtin callable; the interpreter also routes every operator
-bytecode (BINARY_OP, COMPARE_OP, UNARY_*, BINARY_SUBSCR) through here as
-the matching ``operator`` function. Output: a graph node when a tensor is
-involved (``operator.add(x, 1)``), a folded constant when every argument is
-a constant (``2 * 3``), sequence operations on tuples and lists, or a reason
-to give up (``print`` is a side effect).
-Chapter: book/docs/dynamo.md ("Operators").
+bytecode (BINARY_OP, COMPARE_OP, CONTAINS_OP, UNARY_*, BINARY_SUBSCR,
+STORE_SUBSCR) through here as the matching ``operator`` function. Output: a
+graph node when a tensor is involved (``operator.add(x, 1)``), a folded
+constant when every argument is a constant (``2 * 3``), container and
+iterator operations resolved at trace time (``len``, ``zip``, ``sorted``,
+``isinstance``, ``getattr``...), or a reason to give up (``print`` is a
+side effect, so it breaks the graph).
+Chapter: book/docs/dynamo.md ("Operators", "Builtins").
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import math
 import operator
 from typing import TYPE_CHECKING, Any
 
-from ..exc import unimplemented
+from ..exc import UserErrorInTrace, unimplemented
 from .base import VariableTracker
-from .constant import ConstantVariable, fold
-from .lists import BaseListVariable, ListVariable, TupleVariable
+from .constant import ConstantVariable, SymNumberVariable, fold, sym_operator
+from .dicts import ConstDictVariable, SetVariable, as_dict_items
+from .functions import FunctoolsPartialVariable
+from .iter import ITERATOR_BUILTINS, get_iter
+from .lists import BaseListVariable, ListVariable, TupleVariable, contains
 from .tensor import TensorVariable
 
 if TYPE_CHECKING:
-    from ..symbolic_convert import InstructionTranslator
+    from ..symbolic_convert import InstructionTranslatorBase as InstructionTranslator
 
 # Builtins that are pure functions of their arguments: safe to fold on constants.
 _PURE_BUILTINS = frozenset({
     abs, all, any, bool, complex, divmod, float, int, isinstance, issubclass, len,
-    max, min, pow, round, str, sum, tuple, list,
+    max, min, pow, round, str, sum, tuple, list, range, sorted, repr, hash, chr, ord,
+    callable, slice, type, format, frozenset,
 })
 # Callables that may take tensors and then become graph nodes. Absent on
 # purpose: operator.not_/truth/contains/index, which ask a tensor for a
@@ -42,6 +50,14 @@ _TENSOR_CALLABLES = frozenset({
     )),
     operator.and_, operator.or_, operator.iand, operator.ior,
 })
+
+
+def has_special_case(fn: Any) -> bool:
+    """A builtin this module knows how to trace (``enumerate``, ``dict``, ``print``...)."""
+    try:
+        return fn in _SPECIAL_CASES
+    except TypeError:
+        return False
 
 
 def is_pure(fn: Any) -> bool:
@@ -70,10 +86,13 @@ class BuiltinVariable(VariableTracker):
     ) -> VariableTracker:
         fn = self.value
         special = _SPECIAL_CASES.get(fn)
-        if special is not None and not kwargs:
-            result = special(tx, *args)
+        if special is not None:
+            result = special(tx, *args, **kwargs)
             if result is not None:
                 return result
+        symbolic = sym_operator(fn, args) if not kwargs else None
+        if symbolic is not None:
+            return symbolic
         if any(isinstance(a, TensorVariable) for a in args):
             if fn not in _TENSOR_CALLABLES:
                 unimplemented(f"{_name(fn)}() on a tensor needs its data")
@@ -84,6 +103,9 @@ class BuiltinVariable(VariableTracker):
         if fn is print:
             unimplemented("print() is a side effect a graph cannot replay")
         unimplemented(f"calling builtin {_name(fn)}() with {args}")
+
+    def reconstruct(self, rt: Any) -> Any:
+        return self.value
 
     def __repr__(self) -> str:
         return f"BuiltinVariable({_name(self.value)})"
@@ -97,65 +119,263 @@ def _name(fn: Any) -> str:
 def _getitem(tx: InstructionTranslator, obj: VariableTracker, index: VariableTracker):
     if isinstance(obj, BaseListVariable):
         return obj.getitem(index)
+    if isinstance(obj, ConstDictVariable):
+        return obj.getitem(index)
+    if isinstance(obj, TensorVariable) or obj.is_python_constant():
+        return None
+    return obj.call_method(tx, "__getitem__", [index], {})
+
+
+def _setitem(tx, obj, index, value):
+    if isinstance(obj, TensorVariable):
+        return None
+    return obj.call_method(tx, "__setitem__", [index, value], {})
+
+
+def _delitem(tx, obj, index):
+    return obj.call_method(tx, "__delitem__", [index], {})
+
+
+def _concat(tx: InstructionTranslator, a: VariableTracker, b: VariableTracker, inplace=False):
+    # tuple + tuple and list + list build a new sequence; tensors fall through.
+    if not isinstance(a, BaseListVariable):
+        return None
+    if inplace and isinstance(a, ListVariable):  # xs += ys extends xs itself
+        new = a.clone(items=a.items + tuple(get_iter(tx, b).unpack(tx)))
+        tx.replace_all(a, new)
+        return new
+    if isinstance(b, BaseListVariable) and a.python_class is b.python_class:
+        return a.new_sequence(a.items + b.items)
+    if b.is_python_constant() and isinstance(b.as_python_constant(), a.python_class):
+        return a.new_sequence(a.items + tuple(ConstantVariable(v) for v in b.as_python_constant()))
     return None
 
 
-def _concat(tx: InstructionTranslator, a: VariableTracker, b: VariableTracker):
-    # tuple + tuple and list + list build a new sequence; tensors fall through.
-    if isinstance(a, BaseListVariable) and type(a) is type(b):
-        return type(a)(a.items + b.items)
+def _repeat(tx, a, b):
     if isinstance(a, BaseListVariable) and b.is_python_constant():
-        if isinstance(b.as_python_constant(), a.python_class):
-            return type(a)(a.items + tuple(ConstantVariable(v) for v in b.as_python_constant()))
+        return a.new_sequence(a.items * b.as_python_constant())
     return None
 
 
 def _is(tx: InstructionTranslator, a: VariableTracker, b: VariableTracker, negate=False):
+    if isinstance(a, SymNumberVariable) or isinstance(b, SymNumberVariable):
+        return None
     if a.is_python_constant() and b.is_python_constant():
-        return None  # fold
-    if a is b:
+        return ConstantVariable((a.as_python_constant() is b.as_python_constant()) != negate)
+    if a is b or (a.mutable_local is not None and a.mutable_local is b.mutable_local):
         return ConstantVariable(not negate)
+    real_a, real_b = getattr(a, "value", a), getattr(b, "value", b)
+    if not isinstance(a, TensorVariable) and not isinstance(b, TensorVariable) and \
+            hasattr(a, "value") and hasattr(b, "value"):
+        return ConstantVariable((real_a is real_b) != negate)
     if isinstance(a, TensorVariable) != isinstance(b, TensorVariable):
         return ConstantVariable(negate)  # a tensor is never None, a dtype, ...
+    if a.is_python_constant() != b.is_python_constant():
+        return ConstantVariable(negate)  # e.g. a list is not None
     unimplemented("`is` between two traced values")
 
 
+def _eq(tx, a, b, negate=False):
+    if isinstance(a, TensorVariable) or isinstance(b, TensorVariable):
+        return None
+    if a.is_python_constant() and b.is_python_constant():
+        return None
+    return _is(tx, a, b, negate)
+
+
+def _contains(tx, container, item):
+    if isinstance(container, (BaseListVariable,)):
+        return contains(container.items, item)
+    if isinstance(container, TensorVariable) or container.is_python_constant() and \
+            not isinstance(container, SetVariable):
+        return None
+    return container.call_method(tx, "__contains__", [item], {})
+
+
+def _not(tx, value):
+    return ConstantVariable(not value.truth(tx))
+
+
+def _bool(tx, value=None):
+    return ConstantVariable(False if value is None else value.truth(tx))
+
+
+# --8<-- [start:builtin-len]
 def _len(tx: InstructionTranslator, obj: VariableTracker):
-    if isinstance(obj, BaseListVariable):
-        return ConstantVariable(len(obj.items))
-    return None
+    """``len(obj)``: a container asks itself; a tensor or a constant takes the general rule."""
+    # BEGIN EXERCISE dynamo-builtin-len: answer len() for containers, defer for tensors/constants
+    if isinstance(obj, (BaseListVariable, ConstDictVariable, SetVariable)):
+        return obj.call_method(tx, "__len__", [], {})
+    if isinstance(obj, TensorVariable) or obj.is_python_constant():
+        return None
+    return obj.call_method(tx, "__len__", [], {})
+    # END EXERCISE dynamo-builtin-len
+# --8<-- [end:builtin-len]
 
 
 def _sequence(cls: type):
     def convert(tx: InstructionTranslator, obj: VariableTracker | None = None):
-        if obj is None or obj.is_python_constant():
-            return None  # fold
-        return cls(tuple(obj.unpack(tx)))
+        if obj is None:
+            return cls(())
+        return cls(tuple(get_iter(tx, obj).unpack(tx)))
 
     return convert
 
 
+def _dict(tx, arg=None, **kwargs):
+    items = as_dict_items(tx, arg) if arg is not None else {}
+    return ConstDictVariable({**items, **kwargs})
+
+
+def _set(tx, arg=None):
+    return SetVariable(tuple(get_iter(tx, arg).unpack(tx)) if arg is not None else ())
+
+
 def _isinstance(tx: InstructionTranslator, obj: VariableTracker, classes: VariableTracker):
-    if obj.is_python_constant() or not classes.is_python_constant():
+    if not classes.is_python_constant():
+        return None
+    if isinstance(obj, TensorVariable):
+        return ConstantVariable(issubclass(obj.python_type(), classes.as_python_constant()))
+    if obj.is_python_constant() and not isinstance(obj, SymNumberVariable):
         return None
     return ConstantVariable(issubclass(obj.python_type(), classes.as_python_constant()))
 
 
+def _type(tx, obj, *rest):
+    from .builder import wrap_static
+
+    if rest:
+        unimplemented("creating a class with type(name, bases, dict)")
+    return wrap_static(obj.python_type(), strict=True)
+
+
+def _attr_name(name: VariableTracker) -> str:
+    if not name.is_python_constant():
+        unimplemented("getattr() with a traced name")
+    return name.as_python_constant()
+
+
 def _getattr(tx: InstructionTranslator, obj: VariableTracker, name: VariableTracker, *default):
-    if default or not name.is_python_constant():
-        unimplemented("getattr() with a default or a traced name")
-    return obj.var_getattr(tx, name.as_python_constant())
+    try:
+        return obj.var_getattr(tx, _attr_name(name))
+    except UserErrorInTrace as e:
+        if default and isinstance(e.error, AttributeError):
+            return default[0]
+        raise
+
+
+def _hasattr(tx, obj, name):
+    try:
+        obj.var_getattr(tx, _attr_name(name))
+    except UserErrorInTrace as e:
+        if isinstance(e.error, AttributeError):
+            return ConstantVariable(False)
+        raise
+    return ConstantVariable(True)
+
+
+def _setattr(tx, obj, name, value):
+    tx.store_attr(obj, _attr_name(name), value)
+    return ConstantVariable(None)
+
+
+def _items(tx, args) -> list[VariableTracker]:
+    return get_iter(tx, args[0]).unpack(tx) if len(args) == 1 else list(args)
+
+
+def _min_max(fn):
+    def handler(tx, *args, **kwargs):
+        items = _items(tx, args)
+        if any(isinstance(i, TensorVariable) for i in items) or kwargs:
+            unimplemented(f"{fn.__name__}() over tensors compares their data")
+        return fold(fn, [i.as_python_constant() for i in items])
+
+    return handler
+
+
+def _sum(tx, iterable, start=None):
+    total = start if start is not None else ConstantVariable(0)
+    for item in get_iter(tx, iterable).unpack(tx):
+        total = BuiltinVariable(operator.add).call_function(tx, [total, item], {})
+    return total
+
+
+def _any_all(fn):
+    def handler(tx, iterable):
+        truths = [item.truth(tx) for item in get_iter(tx, iterable).unpack(tx)]
+        return ConstantVariable(fn(truths))
+
+    return handler
+
+
+def _sorted(tx, iterable, key=None, reverse=None):
+    items = ListVariable(tuple(get_iter(tx, iterable).unpack(tx)))
+    tx.push(items)
+    kwargs = {"reverse": reverse} if reverse is not None else {}
+    items.call_method(tx, "sort", [], {**kwargs, **({"key": key} if key else {})})
+    return tx.pop()
+
+
+def _print(tx, *args, **kwargs):
+    unimplemented("print() is a side effect a graph cannot replay")
+
+
+def _super(tx, *args):
+    if args:
+        cls, obj = args[0].as_python_constant(), args[1]
+    else:
+        cls = tx.read_cell("__class__").as_python_constant()
+        obj = tx.symbolic_locals[tx.code.co_varnames[0]]
+    from .misc import SuperVariable
+
+    return SuperVariable(cls, obj)
+
+
+def _number(fn):
+    def handler(tx, value=None, *rest):
+        if isinstance(value, TensorVariable):
+            unimplemented(f"{fn.__name__}() of a tensor needs its data")
+        return None
+
+    return handler
 
 
 _SPECIAL_CASES = {
     operator.getitem: _getitem,
+    operator.setitem: _setitem,
+    operator.delitem: _delitem,
     operator.add: _concat,
-    operator.iadd: _concat,
+    operator.iadd: lambda tx, a, b: _concat(tx, a, b, inplace=True),
+    operator.mul: _repeat,
     operator.is_: _is,
     operator.is_not: lambda tx, a, b: _is(tx, a, b, negate=True),
+    operator.eq: _eq,
+    operator.ne: lambda tx, a, b: _eq(tx, a, b, negate=True),
+    operator.contains: _contains,
+    operator.not_: _not,
+    operator.truth: _bool,
+    bool: _bool,
     len: _len,
     tuple: _sequence(TupleVariable),
     list: _sequence(ListVariable),
+    dict: _dict,
+    set: _set,
     isinstance: _isinstance,
+    type: _type,
     getattr: _getattr,
+    hasattr: _hasattr,
+    setattr: _setattr,
+    min: _min_max(min),
+    max: _min_max(max),
+    sum: _sum,
+    any: _any_all(any),
+    all: _any_all(all),
+    sorted: _sorted,
+    print: _print,
+    super: _super,
+    int: _number(int),
+    float: _number(float),
+    math.floor: _number(math.floor),
+    functools.partial: lambda tx, fn, *args, **kw: FunctoolsPartialVariable(fn, args, kw),
+    **ITERATOR_BUILTINS,
 }

@@ -183,6 +183,8 @@ def sym_operator(fn: Any, args: list[VariableTracker]) -> VariableTracker | None
             values.append(a.value)
         else:
             return None
+    if output is None:
+        return None  # two plain constants: folded as usual
     try:
         value = fn(*values)
     except Exception as e:

@@ -26,7 +26,6 @@ from typing import TYPE_CHECKING, Any
 
 from ..exc import unimplemented
 from .base import VariableTracker
-from .constant import ConstantVariable
 from .dicts import ConstDictVariable
 from .lists import TupleVariable
 
@@ -34,7 +33,6 @@ if TYPE_CHECKING:
     from ..codegen import Residual
     from ..symbolic_convert import InstructionTranslatorBase as InstructionTranslator
 
-_GENERATOR_FLAGS = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
 
 
 class _Default:
@@ -70,6 +68,8 @@ def bind_args(
             value = TupleVariable(tuple(value))
         elif kind is inspect.Parameter.VAR_KEYWORD:
             value = ConstDictVariable(dict(value))
+        if name.startswith("implicit") and f".{name[8:]}" in code.co_varnames:
+            name = f".{name[8:]}"  # inspect renames a comprehension's ".0" argument
         result[name] = value
     return result
 
@@ -81,9 +81,17 @@ def inline_call(
     """Run ``code`` on trackers inside ``tx``'s graph; its return value's tracker."""
     from ..symbolic_convert import InliningInstructionTranslator
 
-    if code.co_flags & _GENERATOR_FLAGS:
-        unimplemented(f"inlining the generator or coroutine {code.co_name}()")
-    return InliningInstructionTranslator(tx, code, f_globals, bound, cells, fn_source).run()
+    if code.co_flags & (inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR):
+        unimplemented(f"inlining the coroutine {code.co_name}()")
+    inliner = InliningInstructionTranslator(tx, code, f_globals, bound, cells, fn_source)
+    result = inliner.run()
+    if code.co_flags & inspect.CO_GENERATOR:
+        # A generator runs to completion now; its values are iterated later.
+        # Fine for ``sum(x * 2 for x in xs)``; a generator driven by send() is not.
+        from .iter import ListIteratorVariable
+
+        return ListIteratorVariable(tuple(inliner.generated))
+    return result
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

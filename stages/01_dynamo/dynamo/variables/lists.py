@@ -90,8 +90,8 @@ class BaseListVariable(VariableTracker):
     def var_getattr(self, tx: InstructionTranslator, name: str) -> VariableTracker:
         from .misc import MethodVariable
 
-        if not callable(getattr(self.python_class, name, None)):
-            unimplemented(f"attribute .{name} of a {self.python_class.__name__}")
+        if not callable(getattr(self.python_type(), name, None)):
+            unimplemented(f"attribute .{name} of a {self.python_type().__name__}")
         return MethodVariable(self, name)
 
     def reconstruct(self, rt: Residual) -> Any:

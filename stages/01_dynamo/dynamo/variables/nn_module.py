@@ -67,6 +67,10 @@ class NNModuleVariable(VariableTracker):
         for table in ("_parameters", "_buffers", "_modules"):
             if name in module.__dict__[table]:
                 return wrap_attribute(tx, self, module, name)
+        if name in ("parameters", "buffers", "children", "modules"):
+            from .misc import MethodVariable
+
+            return MethodVariable(self, name)  # listed at trace time by call_method
         found = class_attribute(tx, self, type(module), name)
         if found is not None:
             return found

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import operator
-from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -43,8 +42,9 @@ _DEVICE_ATTRS = {
     "is_mps": lambda d: d.type == "mps",
 }
 # Methods whose answer depends on the tensor's values or on autograd state
-# outside the graph. [Note: data-dependent] They need a graph break, which
-# comes with control flow in a later issue.
+# outside the graph. [Note: data-dependent] They break the graph: the part
+# before runs compiled, the call itself runs in Python, and a resume function
+# continues (resume_execution.py).
 _DATA_DEPENDENT_METHODS = frozenset({
     "item", "tolist", "numpy", "data_ptr", "untyped_storage", "storage", "backward",
     "register_hook", "__bool__", "__int__", "__float__", "__index__",
@@ -56,9 +56,10 @@ class TensorVariable(VariableTracker):
     proxy: torch.fx.Proxy
     example: torch.Tensor  # on the meta device; see [Note: example values]
     device: torch.device  # the device the real tensor lives on
+    cls: type = torch.Tensor  # torch.nn.Parameter for parameters
 
     def python_type(self) -> type:
-        return torch.Tensor
+        return self.cls
 
     def as_proxy(self) -> Any:
         return self.proxy
@@ -103,8 +104,10 @@ class TensorVariable(VariableTracker):
         return [tx.output.create_op("call_function", operator.getitem, [self, i], {})
                 for i in getitem]
 
-    def reconstruct(self, outputs: Iterator[Any], frame: dict[str, Any]) -> Any:
-        return next(outputs)
+    def reconstruct(self, rt: Any) -> Any:
+        if self.source is not None:
+            return rt.eval(self.source)  # an input: the caller's own tensor object
+        return rt.tensor(self.proxy.node)
 
     def __repr__(self) -> str:
         shape = tuple(self.example.shape)

@@ -21,6 +21,7 @@ from primtorch.prims_common import (
     broadcast_shapes,
     broadcast_to,
     device_of,
+    full,
     elementwise,
     elementwise_args,
     prepare,
@@ -51,6 +52,25 @@ UNARY_DECOMPOSITIONS = {
     aten.rsqrt.default: (prims.rsqrt, KIND.INT_TO_FLOAT),
     aten.erf.default: (prims.erf, KIND.INT_TO_FLOAT),
     aten.reciprocal.default: (prims.reciprocal, KIND.INT_TO_FLOAT),
+    aten.asin.default: (prims.asin, KIND.INT_TO_FLOAT),
+    aten.acos.default: (prims.acos, KIND.INT_TO_FLOAT),
+    aten.atan.default: (prims.atan, KIND.INT_TO_FLOAT),
+    aten.sinh.default: (prims.sinh, KIND.INT_TO_FLOAT),
+    aten.cosh.default: (prims.cosh, KIND.INT_TO_FLOAT),
+    aten.asinh.default: (prims.asinh, KIND.INT_TO_FLOAT),
+    aten.acosh.default: (prims.acosh, KIND.INT_TO_FLOAT),
+    aten.atanh.default: (prims.atanh, KIND.INT_TO_FLOAT),
+    aten.log2.default: (prims.log2, KIND.INT_TO_FLOAT),
+    aten.exp2.default: (prims.exp2, KIND.INT_TO_FLOAT),
+    aten.lgamma.default: (prims.lgamma, KIND.INT_TO_FLOAT),
+    aten.erfinv.default: (prims.erfinv, KIND.INT_TO_FLOAT),
+    aten.bitwise_not.default: (prims.bitwise_not, KIND.DEFAULT),
+}
+
+# Rounding is the identity on integers (eager returns a copy), so only floats reach a prim.
+ROUNDING_DECOMPOSITIONS = {
+    aten.floor.default: prims.floor, aten.ceil.default: prims.ceil,
+    aten.trunc.default: prims.trunc, aten.round.default: prims.round,
 }
 
 BINARY_DECOMPOSITIONS = {
@@ -73,6 +93,21 @@ BINARY_DECOMPOSITIONS = {
     aten.gt.Scalar: (prims.gt, KIND.ALWAYS_BOOL),
     aten.ge.Tensor: (prims.ge, KIND.ALWAYS_BOOL),
     aten.ge.Scalar: (prims.ge, KIND.ALWAYS_BOOL),
+    aten.mul.Scalar: (prims.mul, KIND.DEFAULT),
+    aten.div.Scalar: (prims.div, KIND.INT_TO_FLOAT),
+    aten.atan2.default: (prims.atan2, KIND.INT_TO_FLOAT),
+    aten.fmod.Tensor: (prims.fmod, KIND.DEFAULT),
+    aten.fmod.Scalar: (prims.fmod, KIND.DEFAULT),
+    aten.bitwise_and.Tensor: (prims.bitwise_and, KIND.DEFAULT),
+    aten.bitwise_and.Scalar: (prims.bitwise_and, KIND.DEFAULT),
+    aten.bitwise_or.Tensor: (prims.bitwise_or, KIND.DEFAULT),
+    aten.bitwise_or.Scalar: (prims.bitwise_or, KIND.DEFAULT),
+    aten.bitwise_xor.Tensor: (prims.bitwise_xor, KIND.DEFAULT),
+    aten.bitwise_xor.Scalar: (prims.bitwise_xor, KIND.DEFAULT),
+    aten.bitwise_left_shift.Tensor: (prims.shift_left, KIND.DEFAULT),
+    aten.bitwise_left_shift.Tensor_Scalar: (prims.shift_left, KIND.DEFAULT),
+    aten.bitwise_right_shift.Tensor: (prims.shift_right, KIND.DEFAULT),
+    aten.bitwise_right_shift.Tensor_Scalar: (prims.shift_right, KIND.DEFAULT),
 }
 
 
@@ -93,6 +128,18 @@ for _op, (_prim, _kind) in UNARY_DECOMPOSITIONS.items():
 for _op, (_prim, _kind) in BINARY_DECOMPOSITIONS.items():
     _register_binary(_op, _prim, _kind)
 
+
+def _register_rounding(op: torch._ops.OpOverload, prim) -> None:
+    @register_decomposition(op)
+    def rounding(a: torch.Tensor) -> torch.Tensor:
+        if not a.dtype.is_floating_point:
+            return a  # integers are already whole
+        return elementwise(prim, a, kind=KIND.DEFAULT)
+
+
+for _op, _prim in ROUNDING_DECOMPOSITIONS.items():
+    _register_rounding(_op, _prim)
+
 # ---------------------------------------------------------------------------------------
 # Arithmetic with extras: alpha, rounding modes, reversed operands.
 
@@ -108,6 +155,11 @@ def add(a: TensorOrNumber, b: TensorOrNumber, *, alpha: Number = 1) -> torch.Ten
 # --8<-- [end:decomp-add]
 
 
+@register_decomposition(aten.add.Scalar)
+def add_scalar(a: torch.Tensor, b: Number, alpha: Number = 1) -> torch.Tensor:
+    return add(a, b, alpha=alpha)
+
+
 @register_decomposition(aten.sub.Tensor)
 def sub(a: TensorOrNumber, b: TensorOrNumber, *, alpha: Number = 1) -> torch.Tensor:
     (a, b), result_dtype = elementwise_args(a, b, kind=KIND.DEFAULT)
@@ -116,13 +168,18 @@ def sub(a: TensorOrNumber, b: TensorOrNumber, *, alpha: Number = 1) -> torch.Ten
     return to_dtype(prims.sub(a, b), result_dtype)
 
 
+@register_decomposition(aten.sub.Scalar)
+def sub_scalar(a: torch.Tensor, b: Number, alpha: Number = 1) -> torch.Tensor:
+    return sub(a, b, alpha=alpha)
+
+
 @register_decomposition(aten.rsub.Tensor, aten.rsub.Scalar)
 def rsub(a: TensorOrNumber, b: TensorOrNumber, *, alpha: Number = 1) -> torch.Tensor:
     """b - alpha * a (what ``2 - x`` calls)."""
     return sub(b, a, alpha=alpha)
 
 
-@register_decomposition(aten.div.Tensor_mode)
+@register_decomposition(aten.div.Tensor_mode, aten.div.Scalar_mode)
 def div_mode(a: TensorOrNumber, b: TensorOrNumber, *, rounding_mode: str | None = None):
     """True, truncating or flooring division; integer rounding stays a fallback."""
     if rounding_mode is None:
@@ -183,41 +240,60 @@ def clamp(a: torch.Tensor, min: TensorOrNumber | None = None, max: TensorOrNumbe
     return to_dtype(out, result_dtype)
 
 
-# ---------------------------------------------------------------------------------------
-# Activations.
+@register_decomposition(aten.clamp_min.default, aten.clamp_min.Tensor)
+def clamp_min(a: torch.Tensor, min: TensorOrNumber) -> torch.Tensor:
+    return clamp(a, min=min)
 
 
-@register_decomposition(aten.relu.default)
-def relu(a: torch.Tensor) -> torch.Tensor:
-    # maximum, not where(a > 0, ...): relu(nan) is nan.
-    return prims.maximum(a, scalar_like(a, 0))
+@register_decomposition(aten.clamp_max.default, aten.clamp_max.Tensor)
+def clamp_max(a: torch.Tensor, max: TensorOrNumber) -> torch.Tensor:
+    return clamp(a, max=max)
 
 
-@register_decomposition(aten.sigmoid.default)
-def sigmoid(a: torch.Tensor) -> torch.Tensor:
-    (x,), result_dtype = elementwise_args(a, kind=KIND.INT_TO_FLOAT)
-    one = scalar_like(x, 1)
-    out = prims.div(one, prims.add(one, prims.exp(prims.neg(x))))
-    return to_dtype(out, result_dtype)
-
-
-@register_decomposition(aten.silu.default)
-def silu(a: torch.Tensor) -> torch.Tensor:
-    (x,), result_dtype = elementwise_args(a, kind=KIND.INT_TO_FLOAT)
-    out = prims.div(x, prims.add(scalar_like(x, 1), prims.exp(prims.neg(x))))
-    return to_dtype(out, result_dtype)
-
-
-@register_decomposition(aten.gelu.default)
-def gelu(a: torch.Tensor, *, approximate: str = "none") -> torch.Tensor:
-    """x * Phi(x): exact with erf, or the tanh approximation of GPT-2."""
-    (x,), result_dtype = elementwise_args(a, kind=KIND.INT_TO_FLOAT)
-    half = scalar_like(x, 0.5)
-    if approximate == "tanh":
-        cube = prims.mul(prims.mul(x, x), x)
-        inner = prims.add(x, prims.mul(scalar_like(x, 0.044715), cube))
-        inner = prims.mul(scalar_like(x, math.sqrt(2 / math.pi)), inner)
-        phi = prims.add(scalar_like(x, 1), prims.tanh(inner))
+@register_decomposition(aten.masked_fill.Scalar, aten.masked_fill.Tensor)
+def masked_fill(a: torch.Tensor, mask: torch.Tensor, value: TensorOrNumber) -> torch.Tensor:
+    """where(mask, value, a); the result keeps a's dtype (value is cast, never promotes)."""
+    if isinstance(value, torch.Tensor):
+        value = to_dtype(value, a.dtype)
     else:
-        phi = prims.add(scalar_like(x, 1), prims.erf(prims.mul(x, scalar_like(x, math.sqrt(0.5)))))
-    return to_dtype(prims.mul(prims.mul(half, x), phi), result_dtype)
+        value = full([], value, a.dtype, a.device)
+    shape = broadcast_shapes(a.shape, mask.shape)
+    value = prepare(value, shape, a.dtype, a.device)
+    return prims.where(broadcast_to(mask, shape), value, broadcast_to(a, shape))
+
+
+# ---------------------------------------------------------------------------------------
+# Logical ops: every operand is first read as bool (nonzero is true), the bool -> int
+# category rule never applies. Sign, NaN and infinity tests.
+
+
+def _as_bool(a: TensorOrNumber) -> TensorOrNumber:
+    return to_dtype(a, torch.bool) if isinstance(a, torch.Tensor) else bool(a)
+
+
+def _register_logical(op: torch._ops.OpOverload, prim) -> None:
+    @register_decomposition(op)
+    def logical(a: torch.Tensor, b: TensorOrNumber) -> torch.Tensor:
+        return elementwise(prim, _as_bool(a), _as_bool(b), kind=KIND.DEFAULT)
+
+
+for _op, _prim in {aten.logical_and.default: prims.bitwise_and,
+                   aten.logical_or.default: prims.bitwise_or,
+                   aten.logical_xor.default: prims.bitwise_xor}.items():
+    _register_logical(_op, _prim)
+
+
+@register_decomposition(aten.sign.default)
+def sign(a: torch.Tensor) -> torch.Tensor:
+    return a if a.dtype == torch.bool else elementwise(prims.sign, a, kind=KIND.DEFAULT)
+
+
+@register_decomposition(aten.isnan.default)
+def isnan(a: torch.Tensor) -> torch.Tensor:
+    return prims.isnan(a)  # any dtype in, bool out
+
+
+@register_decomposition(aten.isinf.default)
+def isinf(a: torch.Tensor) -> torch.Tensor:
+    return prims.isinf(a)
+

@@ -38,6 +38,7 @@ CPP_TYPES = {
 PRELUDE = r"""#include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <initializer_list>
 #include <limits>
 #include <type_traits>
 
@@ -54,6 +55,31 @@ static inline uint16_t float_to_bf16(float value) {
     if (std::isnan(value)) return 0x7fc0;
     bits += 0x7fff + ((bits >> 16) & 1);  // round to nearest, ties to even
     return static_cast<uint16_t>(bits >> 16);
+}
+
+// erfinv (no std:: one): Giles' single-precision guess, then Newton steps on erf.
+template <typename T> static inline T erfinv(T y) {
+    if (y <= -1 || y >= 1) {
+        if (y == 1) return std::numeric_limits<T>::infinity();
+        if (y == -1) return -std::numeric_limits<T>::infinity();
+        return std::numeric_limits<T>::quiet_NaN();
+    }
+    double w = -std::log((1.0 - y) * (1.0 + y)), x;
+    if (w < 5.0) {
+        w -= 2.5;
+        x = 2.81022636e-08;
+        for (double c : {3.43273939e-07, -3.5233877e-06, -4.39150654e-06, 0.00021858087,
+                         -0.00125372503, -0.00417768164, 0.246640727, 1.50140941}) x = c + x * w;
+    } else {
+        w = std::sqrt(w) - 3.0;
+        x = -0.000200214257;
+        for (double c : {0.000100950558, 0.00134934322, -0.00367342844, 0.00573950773,
+                         -0.0076224613, 0.00943887047, 1.00167406, 2.83297682}) x = c + x * w;
+    }
+    x *= y;
+    for (int i = 0; i < 3; ++i)
+        x -= (std::erf(x) - y) / (1.1283791670955126 * std::exp(-x * x));
+    return static_cast<T>(x);
 }
 
 // NaN-propagating max/min, like torch.maximum (std::fmax ignores NaNs).
@@ -95,6 +121,12 @@ CPP_OPS = {
     "rsqrt": lambda a, dtype: f"({_one(a, dtype)} / std::sqrt({a}))",
     "erf": _fn("std::erf"), "floor": _fn("std::floor"), "ceil": _fn("std::ceil"),
     "trunc": _fn("std::trunc"),
+    "sinh": _fn("std::sinh"), "cosh": _fn("std::cosh"), "asinh": _fn("std::asinh"),
+    "acosh": _fn("std::acosh"), "atanh": _fn("std::atanh"), "log2": _fn("std::log2"),
+    "exp2": _fn("std::exp2"), "round": _fn("std::nearbyint"), "isinf": _fn("std::isinf"),
+    "bitwise_not": lambda a, dtype: f"(~{a})",
+    "asin": _fn("std::asin"), "acos": _fn("std::acos"), "atan": _fn("std::atan"),
+    "atan2": _fn("std::atan2"), "lgamma": _fn("std::lgamma"), "erfinv": _fn("erfinv"),
     "reciprocal": lambda a, dtype: f"({_one(a, dtype)} / {a})",
     "sign": lambda a, dtype: f"static_cast<{compute_type(dtype)}>(({a} > 0) - ({a} < 0))",
     "isnan": lambda a, dtype: f"({a} != {a})",
@@ -177,8 +209,9 @@ class CppKernel(Kernel):
             return body
         inner = f"for (int64_t {symbols[-1]} = 0; {symbols[-1]} < {sizes[-1]}; ++{symbols[-1]})"
         pragma = ["#pragma omp parallel for"] if self.numel >= PARALLEL_THRESHOLD else []
-        if len(sizes) == 1:
-            return [*pragma, "#pragma omp simd", inner + " {", *body, "}"]
+        if len(sizes) == 1:  # one loop: split across threads, vectorise each thread's share
+            simd = "#pragma omp parallel for simd" if pragma else "#pragma omp simd"
+            return [simd, inner + " {", *body, "}"]
         return [*pragma, f"for (int64_t xo = 0; xo < {math.prod(sizes[:-1])}; ++xo) {{",
                 *unflatten("xo", sizes[:-1], symbols[:-1]), "    #pragma omp simd",
                 "    " + inner + " {", *("    " + line for line in body), "    }", "}"]

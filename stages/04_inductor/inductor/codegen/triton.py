@@ -46,6 +46,7 @@ TRITON_TYPES = {
     torch.bool: "tl.int1",
 }
 LOW_PRECISION = {torch.float16, torch.bfloat16}  # loaded as float32, computed in float32
+POINTWISE_XBLOCK = int(os.environ.get("MINIPT2_TRITON_XBLOCK", "1024"))  # for tuning runs
 
 
 def ensure_interpreter_if_no_gpu() -> None:
@@ -89,6 +90,12 @@ _POW_INTERP = ("tl.where({1} == 0, 1.0, tl.where({0} < 0, tl.where({1} == tl.flo
                "tl.exp2({1} * tl.log2(tl.abs({0})))).to({t})")
 
 
+# round half to even under the interpreter: floor, then up past .5, and at .5 to the even one.
+_ROUND_INTERP = ("tl.where({0} - tl.floor({0}) > 0.5, tl.floor({0}) + 1, "
+                 "tl.where({0} - tl.floor({0}) < 0.5, tl.floor({0}), "
+                 "2 * tl.floor(tl.floor({0}) * 0.5 + 0.5)))")
+
+
 # --8<-- [start:triton-ops]
 def _fn(name: str):
     return lambda *args, dtype: f"{name}({', '.join(map(str, args))})"
@@ -109,6 +116,22 @@ TRITON_OPS = {
     "log1p": _libdevice_or("log1p", "tl.log(1 + {0})"),
     "trunc": _libdevice_or("trunc", "tl.where({0} < 0, tl.ceil({0}), tl.floor({0}))"),
     "pow": _libdevice_or("pow", _POW_INTERP),
+    "sinh": _libdevice_or("sinh", "((tl.exp({0}) - tl.exp(-{0})) * 0.5)"),
+    "cosh": _libdevice_or("cosh", "((tl.exp({0}) + tl.exp(-{0})) * 0.5)"),
+    "asinh": _libdevice_or("asinh", "(tl.where({0} < 0, -1.0, 1.0) * "
+                                    "tl.log(tl.abs({0}) + tl.sqrt({0} * {0} + 1)))"),
+    "acosh": _libdevice_or("acosh", "tl.log({0} + tl.sqrt({0} * {0} - 1))"),
+    "atanh": _libdevice_or("atanh", "(0.5 * tl.log((1 + {0}) / (1 - {0})))"),
+    "log2": _fn("tl.log2"), "exp2": _fn("tl.exp2"),
+    "round": _libdevice_or("nearbyint", _ROUND_INTERP),
+    "isinf": lambda a, dtype: f"(tl.abs({a}) == float('inf'))",
+    "bitwise_not": lambda a, dtype: f"(~{a})",
+    "asin": _libdevice_or("asin", "torch_op('asin', {0})"),
+    "acos": _libdevice_or("acos", "torch_op('acos', {0})"),
+    "atan": _libdevice_or("atan", "torch_op('atan', {0})"),
+    "atan2": _libdevice_or("atan2", "torch_op('atan2', {0}, {1})"),
+    "lgamma": _libdevice_or("lgamma", "torch_op('lgamma', {0})"),
+    "erfinv": _libdevice_or("erfinv", "torch_op('erfinv', {0})"),
     "reciprocal": lambda a, dtype: f"(1 / {a})",
     "sign": lambda a, dtype: f"(({a} > 0).to({compute_type(dtype)}) - "
                              f"({a} < 0).to({compute_type(dtype)}))",
@@ -197,9 +220,27 @@ class TritonKernel(Kernel):
         return list(reversed(lines))
 
 
+TORCH_OP = '''
+
+def torch_op(name, *xs):
+    """Interpreter only: an op with no tl spelling, run by torch on the blocks' numpy data."""
+    import torch
+    from triton.runtime.interpreter import TensorHandle
+
+    data = getattr(torch, name)(*[torch.from_numpy(x.handle.data) for x in xs]).numpy()
+    dtype = xs[0].handle.dtype
+    kind = tl.core.block_type(xs[0].dtype, list(data.shape)) if data.shape else xs[0].dtype
+    return tl.core.tensor(TensorHandle(data, dtype), kind)
+'''
+
+
 def imports() -> list[str]:
+    """The generated module's imports; under the interpreter, ``torch_op`` stands in for
+    libdevice functions that have no ``tl`` expression ([Note: triton interpreter])."""
+    if interpreting():
+        return ["import triton", "import triton.language as tl", TORCH_OP, ""]
     return ["import triton", "import triton.language as tl",
-            "" if interpreting() else "from triton.language.extra import libdevice", "", ""]
+            "from triton.language.extra import libdevice", "", ""]
 
 
 @dataclasses.dataclass
@@ -217,7 +258,7 @@ class KernelSource:
 def block_size(numel: int) -> tuple[int, int]:
     """(XBLOCK, num_warps): 1024 elements per program for big loops, the next power of two
     for small ones; a warp is 32 threads, and each thread should handle a few elements."""
-    xblock = min(1024, 1 << max(0, numel - 1).bit_length())
+    xblock = min(POINTWISE_XBLOCK, 1 << max(0, numel - 1).bit_length())
     return xblock, max(1, min(8, xblock // 256))
 
 
@@ -254,7 +295,7 @@ def generate_triton_kernel(group: FusedGroup, removed: set[str], buffers: dict[s
         "    xindex = xoffset + tl.arange(0, XBLOCK)",
         "    xmask = xindex < xnumel",
         *("    " + line for line in kernel.index_lines()),
-        *("    " + line for line in kernel.body),
+        *("    " + line for line in kernel.lines),
     ]
     xblock, num_warps = block_size(kernel.numel)
     return KernelSource(name, "\n".join(lines) + "\n", kernel.call_args(), kernel.numel,

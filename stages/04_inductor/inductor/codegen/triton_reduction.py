@@ -59,8 +59,23 @@ def min_with_nan(a, b):
 
 
 @triton.jit
+def add(a, b):
+    return a + b
+
+
+@triton.jit
 def multiply(a, b):
     return a * b
+
+
+@triton.jit
+def max_int(a, b):
+    return tl.maximum(a, b)
+
+
+@triton.jit
+def min_int(a, b):
+    return tl.minimum(a, b)
 '''
 
 
@@ -91,14 +106,16 @@ def combine(reduction_type: str, dtype: torch.dtype, a: str, b: str) -> str:
 
 
 def reduce_tile(reduction_type: str, dtype: torch.dtype, tile: str) -> str:
-    """A ``[XBLOCK, RBLOCK]`` tile reduced along the rows, kept 2-D as ``[XBLOCK, 1]``."""
-    if reduction_type == "sum":
-        return f"tl.sum({tile}, 1)[:, None]"
-    if reduction_type == "prod":
-        return f"tl.reduce({tile}, 1, multiply)[:, None]"
-    if dtype.is_floating_point:
-        return f"tl.reduce({tile}, 1, {reduction_type}_with_nan)[:, None]"
-    return f"tl.{reduction_type}({tile}, 1)[:, None]"
+    """A ``[XBLOCK, RBLOCK]`` tile reduced along the rows, kept 2-D as ``[XBLOCK, 1]``.
+
+    Combined by ``tl.reduce`` with the module's own helpers: ``tl.sum`` and ``tl.max`` are
+    ``@jit`` functions of Triton's, which the interpreter cannot run if Triton was imported
+    before ``TRITON_INTERPRET`` was set ([Note: triton interpreter]).
+    """
+    helper = {"sum": "add", "prod": "multiply"}.get(reduction_type)
+    if helper is None:
+        helper = f"{reduction_type}_{'with_nan' if dtype.is_floating_point else 'int'}"
+    return f"tl.reduce({tile}, 1, {helper})[:, None]"
 
 
 class TritonReductionKernel(TritonKernel):
@@ -117,6 +134,10 @@ class TritonReductionKernel(TritonKernel):
 
     def accumulate(self, loop: Loop, result: CSEVariable, value: CSEVariable,
                    reduction_type: str, dtype: torch.dtype) -> None:
+        """A looped reduction: a tile of partial results set up before the loop over r
+        (``loop.prefix``), updated in the loop body (``self.lines``) where ``rmask`` holds,
+        reduced to ``result`` after the loop (``loop.suffix``)."""
+        # BEGIN EXERCISE inductor-triton-reduction: print a looped reduction in Triton
         acc = self.fresh(dtype, "acc")
         neutral = _literal(identity(reduction_type, dtype))
         loop.prefix.append(f"{acc} = tl.full([XBLOCK, RBLOCK], {neutral}, "
@@ -124,6 +145,7 @@ class TritonReductionKernel(TritonKernel):
         updated = combine(reduction_type, dtype, str(acc), str(value))
         self.lines.append(f"{acc} = tl.where(rmask, {updated}, {acc})")
         loop.suffix.append(f"{result} = {reduce_tile(reduction_type, dtype, str(acc))}")
+        # END EXERCISE inductor-triton-reduction
 
     def r_lines(self, offset: str) -> list[str]:
         return [f"rindex = {offset}rbase", "rmask = rindex < rnumel",
@@ -160,7 +182,8 @@ def generate_triton_reduction(group: FusedGroup, removed: set[str], buffers: dic
     name = kernel_name("triton_per" if persistent else "triton_red", group, number)
     wide = ".to(tl.int64)" if needs_int64_indices(kernel) else ""
     params = ", ".join([*kernel.in_args.values(), *kernel.out_args.values(), "xnumel",
-                        "rnumel", "XBLOCK: tl.constexpr", "RBLOCK: tl.constexpr"])
+                        "rnumel: tl.constexpr", "XBLOCK: tl.constexpr",
+                        "RBLOCK: tl.constexpr"])
     lines = [
         *kernel.header("#"), *imports(), HELPERS.strip("\n"), "", "",
         "@triton.jit",

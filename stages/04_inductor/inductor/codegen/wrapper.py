@@ -129,6 +129,9 @@ class WrapperCodeGen:
             self.lines.append(f"    {out.name} = as_layout({out.name}, {size}, {stride})")
 
     def allocate(self, buffer: ComputedBuffer) -> None:
+        """Print the line that gives ``buffer`` memory: a dead buffer of the same layout from
+        ``self.pool`` if there is one (memory planning), else a new ``empty_strided``."""
+        # BEGIN EXERCISE inductor-reuse-buffer: allocate a buffer, reusing a dead one
         layout = buffer.layout
         key = (_ints(layout.size), _ints(layout.stride), layout.dtype, str(layout.device))
         if self.pool.get(key):
@@ -137,6 +140,7 @@ class WrapperCodeGen:
             return
         self.lines.append(f"    {buffer.name} = empty_strided({key[0]}, {key[1]}, "
                           f"device=torch.device({key[3]!r}), dtype={key[2]})")
+        # END EXERCISE inductor-reuse-buffer
 
     def free(self, name: str) -> None:
         buffer = self.graph_buffer(name)

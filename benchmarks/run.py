@@ -1,0 +1,195 @@
+"""The benchmark suite behind ``python -m driver bench`` (see /work/shared/BENCHMARKS.md).
+
+    python benchmarks/run.py --suite micro [--dtypes float32,bfloat16] [--size full|cpu|tiny]
+                             [--target triton|cpp] [--no-torch-compile] [--out FILE.json]
+
+For every workload and dtype, in one process: eager PyTorch, minipt2 (``driver.compile``,
+or with ``--frontend fx`` ``torch.fx.symbolic_trace`` + ``inductor.compile_fx``, which
+skips our dynamo) and ``torch.compile`` as the peer. Reported per row: warm median times
+(``triton.testing.do_bench`` on CUDA, median wall clock on CPU), both speedups over eager,
+first-call (compile) seconds, max relative error vs eager, minipt2's kernel count, and the
+achieved bandwidth (bytes a perfect kernel moves / time) against the device's measured copy
+bandwidth. Rows go to a JSON file and a table; the geomean speedups come last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+for _path in [ROOT, *sorted((ROOT / "stages").glob("0*_*"))]:
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import workloads  # noqa: E402
+
+
+def time_ms(fn: Callable[[], object], repeat: int = 10, device: str = "cuda") -> float:
+    """Warm median in milliseconds: device events on CUDA, wall clock on CPU."""
+    if device == "cuda" and torch.cuda.is_available():
+        import triton.testing
+
+        return float(triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median"))
+    fn()
+    samples = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        samples.append((time.perf_counter() - start) * 1e3)
+    return statistics.median(samples)
+
+
+def sync() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def copy_bandwidth(device: str) -> float:
+    """Measured device copy bandwidth in GB/s (bytes read + written)."""
+    numel = (1 << 28) if device == "cuda" else (1 << 24)
+    src = torch.randn(numel, device=device)
+    dst = torch.empty_like(src)
+    ms = time_ms(lambda: dst.copy_(src), device=device)
+    return 2 * src.numel() * src.element_size() / (ms * 1e-3) / 1e9
+
+
+def first_call(fn: Callable, args: tuple) -> tuple[object, float]:
+    sync()
+    start = time.perf_counter()
+    out = fn(*args)
+    sync()
+    return out, time.perf_counter() - start
+
+
+def rel_error(got: object, want: torch.Tensor) -> float:
+    got = got[0] if isinstance(got, (tuple, list)) else got
+    diff = (got.double() - want.double()).abs().max().item()
+    return diff / max(want.double().abs().max().item(), 1e-30)
+
+
+def minipt2_compile(fn: Callable, args: tuple, target: str, frontend: str):
+    """(compiled callable, kernel count getter)."""
+    if frontend == "fx":
+        import inductor
+
+        gm = torch.fx.symbolic_trace(fn)
+        holder: dict = {}
+
+        def run(*a):
+            if "fn" not in holder:
+                holder["fn"] = inductor.compile_fx(gm, list(a), options={"target": target})
+            return holder["fn"](*a)[0]
+
+        return run, lambda: holder["fn"].kernel_count
+    import driver
+
+    driver.reset()
+    compiled = driver.compile(fn, options={"target": target})
+    return compiled, lambda: sum(sum(1 for k in g.artifacts if k.startswith("kernels/"))
+                                 for g in compiled.graphs)
+
+
+def bench_one(w: workloads.Workload, args: argparse.Namespace, copy_gbs: float) -> dict:
+    want = w.fn(*w.args)
+    row = {"workload": w.name, "dtype": str(w.args[0].dtype).replace("torch.", ""),
+           "shape": list(w.args[0].shape), "bytes": w.bytes_moved}
+    device = w.args[0].device.type
+    row["eager_ms"] = time_ms(lambda: w.fn(*w.args), device=device)
+    compiled, kernels = minipt2_compile(w.fn, w.args, args.target, args.frontend)
+    out, row["minipt2_compile_s"] = first_call(compiled, w.args)
+    row["minipt2_error"] = rel_error(out, want)
+    row["minipt2_kernels"] = kernels()
+    row["minipt2_ms"] = time_ms(lambda: compiled(*w.args), device=device)
+    if not args.no_torch_compile:
+        peer = torch.compile(w.fn)
+        out, row["torch_compile_s"] = first_call(peer, w.args)
+        row["torch_compile_error"] = rel_error(out, want)
+        row["torch_compile_ms"] = time_ms(lambda: peer(*w.args), device=device)
+    for who in ("eager", "minipt2", "torch_compile"):
+        if f"{who}_ms" in row:
+            gbs = w.bytes_moved / (row[f"{who}_ms"] * 1e-3) / 1e9
+            row[f"{who}_gbs"], row[f"{who}_copy_frac"] = gbs, gbs / copy_gbs
+            row[f"{who}_speedup"] = row["eager_ms"] / row[f"{who}_ms"]
+    return row
+
+
+def geomean(values: list[float]) -> float:
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
+
+
+def table(rows: list[dict], copy_gbs: float) -> str:
+    head = (f"{'workload':10} {'dtype':8} {'eager ms':>9} {'mpt2 ms':>9} {'tc ms':>9} "
+            f"{'mpt2 x':>7} {'tc x':>7} {'mpt2 %bw':>8} {'tc %bw':>7} {'mpt2 s':>7} "
+            f"{'tc s':>6} {'mpt2 err':>9} {'kern':>4}")
+    lines = [f"copy bandwidth: {copy_gbs:.0f} GB/s", head, "-" * len(head)]
+    for r in rows:
+        def get(key, fmt, r=r):
+            return format(r[key], fmt) if key in r else "-"
+        lines.append(
+            f"{r['workload']:10} {r['dtype']:8} {r['eager_ms']:9.3f} {r['minipt2_ms']:9.3f} "
+            f"{get('torch_compile_ms', '9.3f'):>9} {r['minipt2_speedup']:7.2f} "
+            f"{get('torch_compile_speedup', '7.2f'):>7} {100 * r['minipt2_copy_frac']:7.1f}% "
+            f"{get('torch_compile_copy_frac', '6.1%'):>7} {r['minipt2_compile_s']:7.2f} "
+            f"{get('torch_compile_s', '6.2f'):>6} {r['minipt2_error']:9.2e} "
+            f"{r['minipt2_kernels']:4d}")
+    for dtype in dict.fromkeys(r["dtype"] for r in rows):
+        sel = [r for r in rows if r["dtype"] == dtype]
+        mp = geomean([r["minipt2_speedup"] for r in sel])
+        tc = geomean([r["torch_compile_speedup"] for r in sel if "torch_compile_speedup" in r])
+        lines.append(f"geomean {dtype}: minipt2 {mp:.2f}x, torch.compile {tc:.2f}x over eager")
+    return "\n".join(lines)
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    cuda = torch.cuda.is_available()
+    p = argparse.ArgumentParser(prog="bench", description=__doc__.splitlines()[0])
+    p.add_argument("--suite", default="micro", choices=sorted(workloads.SUITES))
+    p.add_argument("--workloads", default=None, help="comma-separated subset")
+    p.add_argument("--dtypes", default="float32,bfloat16" if cuda else "float32")
+    p.add_argument("--size", default="full" if cuda else "cpu", choices=["full", "cpu", "tiny"])
+    p.add_argument("--device", default="cuda" if cuda else "cpu", choices=["cuda", "cpu"])
+    p.add_argument("--target", default=None, choices=["triton", "cpp"],
+                   help="default: triton on cuda, cpp on cpu")
+    p.add_argument("--frontend", default="driver", choices=["driver", "fx"])
+    p.add_argument("--no-torch-compile", action="store_true")
+    p.add_argument("--out", default=None, help="JSON file of rows (default: benchmarks/"
+                   "results/<suite>-<device>.json)")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    args = parse(argv)
+    device = args.device
+    args.target = args.target or ("triton" if device == "cuda" else "cpp")
+    names = args.workloads.split(",") if args.workloads else workloads.SUITES[args.suite]
+    copy_gbs = copy_bandwidth(device)
+    rows = []
+    for dtype in args.dtypes.split(","):
+        for name in names:
+            w = workloads.build(name, device, getattr(torch, dtype), args.size)
+            rows.append(bench_one(w, args, copy_gbs))
+            print(json.dumps(rows[-1]), flush=True)
+    out = Path(args.out or ROOT / "benchmarks" / "results" / f"{args.suite}-{device}.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    meta = {"device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
+            "target": args.target,
+            "torch": torch.__version__, "copy_gbs": copy_gbs, "argv": sys.argv,
+            "cpus": os.cpu_count()}
+    out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+    print(table(rows, copy_gbs))
+    return rows
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,199 @@
+"""The residual: what runs in plain Python after a compiled graph.
+
+Input: the graph's outputs, the frame's namespace, and the trackers of
+everything the rest of the call needs (the return value; or, at a graph
+break, the value stack and the live locals), plus the recorded side
+effects. Output: the real values rebuilt from those trackers; and at a
+graph break, the unsupported instruction run for real and the frame
+continued by calling its resume function (itself optimized in turn).
+PyTorch emits this as bytecode; we run it as Python code, which is the same
+work in an order a reader can step through.
+Chapter: book/docs/dynamo.md ("Graph breaks and resume functions").
+"""
+
+from __future__ import annotations
+
+import dis
+import operator
+import sys
+import types
+from collections.abc import Callable
+from typing import Any
+
+from .resume_execution import make_resume_code, original_location
+from .utils import eval_source
+from .variables.base import NullVariable, VariableTracker
+from .variables.iter import ListIteratorVariable
+
+PY313 = sys.version_info >= (3, 13)
+NULL = object()  # CPython's NULL stack entry, in the residual's real stack
+
+
+class Residual:
+    """Rebuilds real values from trackers after the graph ran (``tracker.reconstruct(rt)``)."""
+
+    def __init__(self, outputs: dict[Any, Any], namespace: dict[str, Any]) -> None:
+        self.outputs = outputs  # fx output node -> real tensor
+        self.namespace = namespace
+        self._memo: dict[int, Any] = {}
+
+    def eval(self, source: str) -> Any:
+        return eval_source(source, self.namespace)
+
+    def tensor(self, node: Any) -> Any:
+        return self.outputs[node]
+
+    def memo(self, tracker: VariableTracker, build: Callable[[], Any]) -> Any:
+        """One real object per mutable object, however many trackers refer to it."""
+        key = id(tracker.mutable_local or tracker)
+        if key not in self._memo:
+            self._memo[key] = build()
+        return self._memo[key]
+
+
+class LoopIterator:
+    """A rebuilt ``for``-loop iterator; the resume function receives its remaining items."""
+
+    def __init__(self, items: tuple) -> None:
+        self.items = list(items)
+
+    def __iter__(self) -> LoopIterator:
+        return self
+
+    def __next__(self) -> Any:
+        if not self.items:
+            raise StopIteration
+        return self.items.pop(0)
+
+
+def rebuild_stack(stack: list[VariableTracker], rt: Residual) -> list[Any]:
+    values = []
+    for tracker in stack:
+        if isinstance(tracker, NullVariable):
+            values.append(NULL)
+        elif isinstance(tracker, ListIteratorVariable):
+            values.append(LoopIterator(tuple(i.reconstruct(rt) for i in tracker.remaining())))
+        else:
+            values.append(tracker.reconstruct(rt))
+    return values
+
+
+# -- running the one instruction the graph could not hold ------------------------------------
+_BINARY = {
+    "+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv,
+    "//": operator.floordiv, "%": operator.mod, "**": operator.pow, "@": operator.matmul,
+    "&": operator.and_, "|": operator.or_, "^": operator.xor, "<<": operator.lshift,
+    ">>": operator.rshift, "+=": operator.iadd, "-=": operator.isub, "*=": operator.imul,
+    "/=": operator.itruediv, "//=": operator.ifloordiv, "%=": operator.imod,
+    "**=": operator.ipow, "@=": operator.imatmul,
+}
+_COMPARE = {"<": operator.lt, "<=": operator.le, "==": operator.eq, "!=": operator.ne,
+            ">": operator.gt, ">=": operator.ge}
+
+
+def _call(stack: list[Any], argc: int, kw_names: tuple[str, ...], invoke: Callable) -> None:
+    args = stack[len(stack) - argc:]
+    del stack[len(stack) - argc:]
+    first, second = stack.pop(-2), stack.pop()
+    fn, self_arg = (first, second) if PY313 or first is not NULL else (second, first)
+    if self_arg is not NULL:
+        args = [self_arg, *args]
+    n = len(args) - len(kw_names)
+    stack.append(invoke(fn, *args[:n], **dict(zip(kw_names, args[n:]))))
+
+
+def run_instruction(inst: dis.Instruction, stack: list[Any], kw_names: tuple[str, ...],
+                    invoke: Callable[..., Any]) -> int | None:
+    """Execute ``inst`` on a real stack. Returns the jump target, or None to fall through.
+
+    Calls go through ``invoke(fn, *args, **kwargs)``, which compiles a Python
+    callee on its own (its frame gets graphs and breaks of its own).
+    """
+    name = inst.opname
+    if name == "CALL":
+        _call(stack, inst.arg, kw_names, invoke)
+    elif name == "CALL_KW":
+        names = stack.pop()
+        _call(stack, inst.arg, names, invoke)
+    elif name == "CALL_FUNCTION_EX":
+        kwargs = stack.pop() if inst.arg & 1 else {}
+        args = stack.pop()
+        first, second = stack.pop(-2), stack.pop()
+        fn = first if PY313 or first is not NULL else second
+        stack.append(invoke(fn, *args, **kwargs))
+    elif "JUMP" in name:
+        value = stack.pop()
+        return inst.argval if bool(value) == ("TRUE" in name) else None
+    elif name == "TO_BOOL":
+        stack.append(bool(stack.pop()))
+    elif name == "BINARY_OP":
+        b, a = stack.pop(), stack.pop()
+        stack.append(_BINARY[inst.argrepr](a, b))
+    elif name == "COMPARE_OP":
+        b, a = stack.pop(), stack.pop()
+        stack.append(_COMPARE[inst.argval.removeprefix("bool(").removesuffix(")")](a, b))
+    else:
+        _run_simple(inst, stack)
+    return None
+
+
+def _run_simple(inst: dis.Instruction, stack: list[Any]) -> None:
+    name = inst.opname
+    if name == "BINARY_SUBSCR":
+        key, obj = stack.pop(), stack.pop()
+        stack.append(obj[key])
+    elif name == "CONTAINS_OP":
+        container, item = stack.pop(), stack.pop()
+        stack.append((item in container) != bool(inst.arg))
+    elif name in ("UNARY_NOT", "UNARY_NEGATIVE", "UNARY_INVERT"):
+        fn = {"UNARY_NOT": operator.not_, "UNARY_NEGATIVE": operator.neg,
+              "UNARY_INVERT": operator.invert}[name]
+        stack.append(fn(stack.pop()))
+    elif name in ("LOAD_ATTR", "LOAD_METHOD"):
+        value = getattr(stack.pop(), inst.argval)
+        method = name == "LOAD_METHOD" or (sys.version_info >= (3, 12) and inst.arg & 1)
+        stack.extend(([value, NULL] if PY313 else [NULL, value]) if method else [value])
+    elif name == "STORE_ATTR":
+        obj, value = stack.pop(), stack.pop()
+        setattr(obj, inst.argval, value)
+    elif name == "STORE_SUBSCR":
+        key, obj, value = stack.pop(), stack.pop(), stack.pop()
+        obj[key] = value
+    else:  # pragma: no cover - RESUMABLE and this function are kept in step
+        raise NotImplementedError(inst.opname)
+
+
+# -- continuing the frame ------------------------------------------------------------------------
+_resume_functions: dict[tuple, types.FunctionType] = {}
+
+
+def resume_function(code: types.CodeType, offset: int, layout: tuple[str, ...],
+                    live: tuple[str, ...], f_globals: dict, closure: tuple | None
+                    ) -> types.FunctionType:
+    """The (cached) function continuing ``code`` at ``offset``: [Note: resume functions]."""
+    key = (code, offset, layout, live, id(f_globals))
+    if key not in _resume_functions:
+        resume = make_resume_code(code, offset, layout, live)
+        _resume_functions[key] = types.FunctionType(resume, f_globals, resume.co_name,
+                                                    None, closure)
+    return _resume_functions[key]
+
+
+def continue_frame(code: types.CodeType, offset: int, stack: list[Any],
+                   local_values: dict[str, Any], live_at: Callable[[types.CodeType, int], Any],
+                   f_globals: dict, closure: tuple | None, call: Callable[..., Any]) -> Any:
+    """Call the resume function for ``offset`` with the stack and the live locals."""
+    orig, orig_offset = original_location(code, offset)
+    layout, args = [], []
+    for value in stack:
+        if value is NULL:
+            layout.append("null")
+        elif isinstance(value, LoopIterator):
+            layout.append("iter")
+            args.append(tuple(value.items))
+        else:
+            layout.append("value")
+            args.append(value)
+    live = tuple(sorted(n for n in live_at(orig, orig_offset) if n in local_values))
+    fn = resume_function(orig, orig_offset, tuple(layout), live, f_globals, closure)
+    return call(fn, *args, *(local_values[n] for n in live))

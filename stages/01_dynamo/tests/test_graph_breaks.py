@@ -1,0 +1,217 @@
+"""Graph breaks: the graph so far runs compiled, the offending instruction runs in Python,
+and a resume function continues the frame (compiled in turn). Side effects stay in order."""
+
+from __future__ import annotations
+
+import warnings
+
+import dynamo
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+
+
+def one(n):
+    return (torch.randn(n, n),)
+
+
+def br_print(x):
+    y = x * 2
+    print("y has shape", y.shape)
+    return y + 1
+
+
+def br_item_branch(x):
+    y = x.sin()
+    if y.sum().item() > 0:
+        return y + 1
+    return y - 1
+
+
+def br_tensor_condition(x):
+    if x.mean() > 0:
+        return x * 2
+    return x / 2
+
+
+def br_loop_item(x):
+    for i in range(4):
+        x = x * 0.5 + i
+        if x.sum().item() > 3:
+            x = x - 1
+    return x
+
+
+def br_loop_list(x):
+    total = x
+    for w in [1.0, -2.0, 3.0]:
+        total = total * w
+        if total.max() > 1:
+            total = total.clamp(max=1)
+    return total
+
+
+def br_tolist(x):
+    values = x.sum(1).tolist()
+    return x * len(values) + values[0]
+
+
+def br_numpy(x):
+    arr = x.numpy()
+    return torch.from_numpy(np.abs(arr)) * 2
+
+
+def br_unknown_c_function(x):
+    y = x + 1
+    z = torch.from_numpy(np.ascontiguousarray(y.numpy()))
+    return z * 3
+
+
+def br_side_effects_before(x, log):
+    log.append("before")
+    y = x * 2
+    print("in the middle")
+    log.append("after")
+    return y + 1
+
+
+STATE = {"steps": 0}
+
+
+def br_global_mutation(x):
+    STATE["steps"] = STATE["steps"] + 1
+    print("step")
+    return x * STATE["steps"]
+
+
+def helper_with_print(t):
+    print("helper")
+    return t * 3
+
+
+def br_in_inlined_call(x):
+    y = x + 1
+    z = helper_with_print(y)
+    return z - 1
+
+
+def br_nested_breaks(x):
+    x = x + 1
+    print("one")
+    x = x * 2
+    print("two")
+    return x - 3
+
+
+def br_locals_survive(x):
+    a, b, c = x + 1, x * 2, 3
+    print("break")
+    return a + b + c
+
+
+def br_returns_item(x):
+    return x.sum().item() + 1
+
+
+def br_comprehension_with_item(xs):
+    return [x * (1 if x.sum().item() > 0 else -1) for x in xs]
+
+
+CASES = {
+    "print": (br_print, one, 2),
+    "item_branch": (br_item_branch, one, 2),
+    "tensor_condition": (br_tensor_condition, one, 2),
+    "loop_item": (br_loop_item, one, None),
+    "loop_list": (br_loop_list, one, None),
+    "tolist": (br_tolist, one, None),
+    "numpy": (br_numpy, one, None),
+    "unknown_c_function": (br_unknown_c_function, one, None),
+    "side_effects_before": (br_side_effects_before, lambda n: (torch.randn(n), []), 2),
+    "in_inlined_call": (br_in_inlined_call, one, 3),
+    "nested_breaks": (br_nested_breaks, one, 3),
+    "locals_survive": (br_locals_survive, one, 2),
+    "returns_item": (br_returns_item, one, 1),
+    "comprehension_with_item": (br_comprehension_with_item,
+                                lambda n: ([torch.randn(n) for _ in range(3)],), None),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_graph_break_corpus(name, corpus, capsys):
+    fn, make_args, graphs = CASES[name]
+    corpus(fn, make_args, graphs=graphs)
+
+
+def test_global_dict_mutation_replayed(corpus, capsys):
+    STATE["steps"] = 0
+    opt = dynamo.optimize(lambda gm, ex: gm.forward)(br_global_mutation)
+    x = torch.randn(3)
+    torch.testing.assert_close(opt(x), x * 1)
+    torch.testing.assert_close(opt(x), x * 2)
+    assert STATE["steps"] == 2
+
+
+def test_explain_reports_breaks(capsys):
+    report = dynamo.explain(br_item_branch)(torch.randn(3))
+    assert report.graph_count == 2 and report.graph_break_count == 1
+    assert "Tensor.item()" in report.breaks[0].reason
+    assert "test_graph_breaks.py" in report.breaks[0].location
+    assert "if y.sum().item() > 0:" in report.breaks[0].location
+    text = str(report)
+    assert "graphs: 2, graph breaks: 1" in text and "Break reasons:" in text
+
+
+def test_item_branch_guards_only_the_outcome(backend):
+    opt = dynamo.optimize(backend)(br_item_branch)
+    for _ in range(6):  # random data: the branch flips, the value changes every call
+        x = torch.rand(8)  # sin(x) > 0: the same branch, a new value each call
+        torch.testing.assert_close(opt(x), br_item_branch(x))
+    assert backend.calls == 2  # no recompile for new values of the .item() result
+
+
+def test_fullgraph_raises_with_source_line(backend):
+    with pytest.raises(dynamo.Unsupported) as info:
+        dynamo.optimize(backend, fullgraph=True)(br_item_branch)(torch.randn(3))
+    assert "Tensor.item()" in str(info.value)
+    assert "if y.sum().item() > 0:" in str(info.value)
+
+
+class PrintItem(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x):
+        h = self.lin(x)
+        print("hidden norm", h.norm().item() >= 0)
+        if h.sum().item() > 0:
+            return torch.relu(h)
+        return -h
+
+
+def test_module_with_print_and_item_branch(backend, capsys):
+    model = PrintItem()
+    opt = dynamo.optimize(backend)(model.forward)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", dynamo.FallbackWarning)
+        x = torch.randn(2, 4)
+        torch.testing.assert_close(opt(x), model(x))
+    report = dynamo.explain(model.forward)(x)
+    assert report.graph_break_count == 3  # .item(), print, .item()
+    assert report.graph_count == 3
+
+
+def test_recompile_limit_warns_with_guard(backend, monkeypatch):
+    monkeypatch.setattr(dynamo.config, "recompile_limit", 3)
+
+    def scale(x, k):
+        return x * k
+
+    opt = dynamo.optimize(backend)(scale)
+    x = torch.randn(2)
+    with pytest.warns(dynamo.FallbackWarning, match="recompile limit") as record:
+        for k in range(6):
+            torch.testing.assert_close(opt(x, k), x * k)
+    assert "guard failed: k == 2" in str(record[0].message)
+    assert backend.calls == 3

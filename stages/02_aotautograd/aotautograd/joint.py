@@ -1,0 +1,196 @@
+"""The joint graph: trace a program's forward *and* its backward, as autograd would run it,
+into one functional FX graph.
+
+Input: a callable (dynamo's GraphModule, an ``nn.Module``, a function), its flat example
+inputs, its parameters and buffers (``module_state``), a decomposition table, and whether
+to trace the backward (``train``).
+Output: a ``Program``: the joint ``GraphModule`` with placeholders ``(*primals, *tangents)``
+and outputs ``(*new values of mutated inputs, *forward outputs, *gradients)``, and the
+bookkeeping the partitioner and the runtime need (which inputs were written, which outputs
+alias an input, which outputs get a tangent, which primals get a gradient).
+
+Chapter: book/docs/aotautograd.md ("The joint graph").
+
+[Note: the joint graph] We do not write backward formulas: the autograd engine already
+knows them. TracerTensors are real tensors as far as autograd is concerned, so running the
+forward on TracerTensors that ``requires_grad`` makes autograd record its usual graph of
+``*Backward`` nodes, and calling ``torch.autograd.grad(outputs, primals, tangents)`` while
+the tracing mode is still active makes the engine run every backward formula on
+TracerTensors too. Those formulas are ordinary aten ops (``mul``, ``gelu_backward``,
+``native_batch_norm_backward``), so they reach ``__torch_dispatch__`` and land in the same
+graph, after the forward, tagged ``node.meta["phase"] = "backward"``. The tangents (the
+gradients flowing into the outputs) are placeholders like the primals, so the graph computes
+gradients for any upstream gradient, not just for ``loss.backward()``'s ``1.0``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+
+import torch
+import torch.fx as fx
+import torch.utils._pytree as pytree
+
+from aotautograd.proxy_tensor import DecompositionTable, Tracer, TracerTensor, TracingMode
+
+
+@dataclass
+class OutputSpec:
+    """Where one of the program's flat outputs comes from at run time."""
+
+    kind: str  # "graph": a graph output; "input": a primal itself; "alias": a view of one;
+    # "constant": a non-tensor value
+    index: int = 0  # graph output position, or primal position
+    view: tuple = ()  # (size, stride, storage offset relative to the primal's) for "alias"
+    value: object = None  # for "constant"
+
+
+@dataclass
+class Program:
+    """A traced program, before partitioning. See [Note: the joint graph]."""
+
+    graph_module: fx.GraphModule
+    num_primals: int  # user inputs, then parameters and buffers
+    num_user_inputs: int
+    state_names: list[str]  # names of the parameters/buffers lifted to primals, in order
+    mutated_inputs: list[int]  # primals written in place; the graph's first outputs
+    outputs: list[OutputSpec]
+    num_graph_outputs: int  # mutated-input values + forward outputs computed by the graph
+    differentiable: list[int] = field(default_factory=list)  # graph outputs with a tangent
+    grad_primals: list[int] = field(default_factory=list)  # primals with a gradient output
+
+    @property
+    def is_joint(self) -> bool:
+        return bool(self.differentiable)
+
+
+def module_state(fn: Callable) -> dict[str, torch.Tensor]:
+    """Parameters and buffers of ``fn`` (if a module), by every name that reaches them."""
+    if not isinstance(fn, torch.nn.Module):
+        return {}
+    tensors = dict(fn.named_parameters(remove_duplicate=False))
+    tensors.update(fn.named_buffers(remove_duplicate=False))
+    return tensors
+
+
+@contextlib.contextmanager
+def swapped_state(module: object, replacements: dict[str, torch.Tensor]) -> Iterator[None]:
+    """Temporarily replace the module's parameters/buffers by TracerTensors, by name, so
+    that ``self.weight`` inside ``forward`` (or a ``get_attr`` node) reads the primal."""
+    saved = []
+    try:
+        for name, value in replacements.items():
+            owner_name, _, attr = name.rpartition(".")
+            owner = module.get_submodule(owner_name)
+            table = owner._parameters if attr in owner._parameters else owner._buffers
+            saved.append((table, attr, table[attr]))
+            table[attr] = value  # bypasses Module.__setattr__'s Parameter type check
+        yield
+    finally:
+        for table, attr, original in reversed(saved):
+            table[attr] = original
+
+
+def _placeholder_name(name: str, tensor: torch.Tensor) -> str:
+    kind = "param" if isinstance(tensor, torch.nn.Parameter) else "buffer"
+    return f"{kind}_{name.replace('.', '_')}"
+
+
+# --8<-- [start:trace-joint]
+def trace_program(fn: Callable, example_inputs: Sequence[object],
+                  decompositions: DecompositionTable | None, train: bool) -> Program:
+    """Trace ``fn``'s forward (and, if ``train``, its backward through the autograd engine)
+    into one functional graph; see [Note: the joint graph]."""
+    state = module_state(fn)
+    tracer = Tracer(dict(decompositions or {}), {}, allow_input_mutation=True)
+    tracer.forbid_grad_constants = train
+    primals = [tracer.placeholder(i, x, f"primal_{i}", train and _requires_grad(x))
+               for i, x in enumerate(example_inputs)]
+    by_id: dict[int, TracerTensor] = {}  # a tied weight is one primal under two names
+    state_names = []
+    for name, tensor in state.items():
+        if id(tensor) not in by_id:
+            by_id[id(tensor)] = tracer.placeholder(len(primals), tensor, _placeholder_name(
+                name, tensor), train and tensor.requires_grad)
+            primals.append(by_id[id(tensor)])
+            state_names.append(name)
+    with swapped_state(fn, {n: by_id[id(t)] for n, t in state.items()}), TracingMode(tracer):
+        outputs = pytree.tree_leaves(fn(*primals[:len(example_inputs)]))
+        program_outputs, graph_values = classify_outputs(tracer, primals, outputs)
+        differentiable = [i for i, v in enumerate(graph_values)
+                          if isinstance(v, TracerTensor) and v.requires_grad]
+        mutated = sorted(tracer.mutated_inputs)
+        graph_values = [primals[i] for i in mutated] + graph_values
+        differentiable = [i + len(mutated) for i in differentiable]
+        grad_primals = [i for i, p in enumerate(primals)
+                        if isinstance(p, TracerTensor) and p.requires_grad]
+        grads = []
+        if train and differentiable and grad_primals:
+            grads = trace_backward(tracer, [graph_values[i] for i in differentiable],
+                                   [primals[i] for i in grad_primals])
+        else:
+            differentiable, grad_primals = [], []
+    tracer.graph.output(tuple(_as_node(v) for v in graph_values + grads))
+    return Program(_graph_module(tracer), len(primals), len(example_inputs), state_names,
+                   mutated, program_outputs, len(graph_values), differentiable, grad_primals)
+# --8<-- [end:trace-joint]
+
+
+# --8<-- [start:trace-backward]
+def trace_backward(tracer: Tracer, outputs: list[TracerTensor],
+                   primals: list[TracerTensor]) -> list[object]:
+    """Run the autograd engine on the traced outputs, with a tangent placeholder for each:
+    every backward formula's aten ops land in the graph (phase "backward")."""
+    tracer.phase = "backward"
+    with _after_placeholders(tracer.graph):  # keep (*primals, *tangents) together
+        tangents = [tracer.tangent(f"tangent_{i}", out) for i, out in enumerate(outputs)]
+    with torch._C._DisableAutocast():  # eager runs loss.backward() outside autocast
+        grads = torch.autograd.grad(outputs, primals, tangents, allow_unused=True)
+    tracer.phase = "forward"
+    return list(grads)
+# --8<-- [end:trace-backward]
+
+
+def classify_outputs(tracer: Tracer, primals: list, outputs: list) -> tuple[list, list]:
+    """Split the program's outputs: values the graph computes, and aliases of inputs, which
+    the runtime rebuilds from the real inputs so that they stay aliases (as in eager)."""
+    specs, graph_values = [], []
+    for out in outputs:
+        if isinstance(out, torch.Tensor) and not isinstance(out, TracerTensor):
+            out = tracer.lift(out)  # fn returned a closed-over tensor untouched
+        if not isinstance(out, TracerTensor):
+            specs.append(OutputSpec("constant", value=out))
+            continue
+        owner = out.owner()
+        if owner.role == "input" and out is owner:
+            specs.append(OutputSpec("input", owner.input_index))
+        elif owner.role == "input" and out.view_meta is not None:
+            view = out.view_meta  # eager's geometry; the placeholder's offset is 0
+            specs.append(OutputSpec("alias", owner.input_index,
+                                    (tuple(view.shape), view.stride(), view.storage_offset())))
+        else:
+            specs.append(OutputSpec("graph", len(graph_values)))
+            graph_values.append(out)
+    return specs, graph_values
+
+
+def _requires_grad(x: object) -> bool:
+    return isinstance(x, torch.Tensor) and x.requires_grad
+
+
+def _as_node(value: object) -> object:
+    return value.proxy.node if isinstance(value, TracerTensor) else value
+
+
+def _after_placeholders(graph: fx.Graph) -> contextlib.AbstractContextManager:
+    others = [n for n in graph.nodes if n.op != "placeholder"]
+    return graph.inserting_before(others[0]) if others else contextlib.nullcontext()
+
+
+def _graph_module(tracer: Tracer) -> fx.GraphModule:
+    root = torch.nn.Module()
+    for name, tensor in tracer.constants.items():
+        setattr(root, name, tensor)
+    return fx.GraphModule(root, tracer.graph)

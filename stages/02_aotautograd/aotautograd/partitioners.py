@@ -1,0 +1,202 @@
+"""Partitioners: split a joint forward/backward graph into a forward graph and a backward
+graph, deciding which values the forward saves for the backward.
+
+Input: a joint ``Program`` (``joint.py``): placeholders ``(*primals, *tangents)``, outputs
+``(*forward outputs, *gradients)``, nodes tagged ``meta["phase"]``.
+Output: a ``Partition``: ``forward`` (primals -> ``(*forward outputs, *saved)``),
+``backward`` (``(*saved, *tangents)`` -> the gradients that are not None), and a report of
+what was saved (names, bytes) and what the backward recomputes.
+
+Chapter: book/docs/aotautograd.md ("Partitioning as a minimum cut").
+
+[Note: what to save] Everything the backward uses must either be saved by the forward (it
+costs memory from the forward until the backward runs) or recomputed by the backward (it
+costs time). ``default_partition`` saves every forward value a backward node reads, which is
+what eager autograd does. ``min_cut_rematerialization_partition`` asks instead for the
+cheapest set of values, in bytes, from which the backward can recompute everything else it
+needs, allowing only cheap ops (pointwise, views) to be recomputed. That is a minimum cut:
+
+- every forward node ``n`` becomes two vertices ``n_in -> n_out`` joined by an edge whose
+  capacity is the bytes of ``n``'s value (cutting it means saving ``n``);
+- each use of ``n`` by a node ``m`` is an edge ``n_out -> m_in`` of infinite capacity;
+- the source feeds every primal and every node we refuse to recompute (matrix multiplies,
+  reductions, random ops: the last would draw a different mask), so those are always
+  computed in the forward; every backward node drains into the sink.
+
+A finite cut separates the primals from the backward, so the backward can run from the
+saved values alone; the minimum one saves the fewest bytes. The default partition is one of
+the cuts, so the minimum never saves more. On recomputed nodes the backward spends time;
+that is the trade PyTorch's partitioner makes too (with more heuristics than ours).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import operator
+from dataclasses import dataclass, field
+
+import torch
+import torch.fx as fx
+
+from aotautograd.joint import Program
+from aotautograd.maxflow import FlowNetwork, min_cut
+
+log = logging.getLogger("minipt2.aotautograd.partitioners")
+aten = torch.ops.aten
+
+
+@dataclass
+class Partition:
+    """A forward graph, a backward graph, and what passes between them."""
+
+    forward: fx.GraphModule  # primals -> (*forward outputs, *saved)
+    backward: fx.GraphModule  # (*saved, *tangents) -> gradients that are not None
+    saved: list[str]  # names of the saved values, in the forward's output order
+    saved_bytes: int  # bytes of all saved values
+    saved_input_bytes: int  # ... of which are primals (alive anyway: parameters, inputs)
+    recomputed: list[str] = field(default_factory=list)  # forward nodes the backward redoes
+    has_grad: list[bool] = field(default_factory=list)  # per grad primal: gradient not None
+
+    def describe(self) -> str:
+        return (f"saved {len(self.saved)} values, {self.saved_bytes} bytes "
+                f"({self.saved_bytes - self.saved_input_bytes} bytes of activations); "
+                f"backward recomputes {len(self.recomputed)} forward nodes")
+
+
+def is_backward(node: fx.Node) -> bool:
+    return node.meta.get("phase") == "backward"
+
+
+def is_primal(node: fx.Node) -> bool:
+    return node.op == "placeholder" and not is_backward(node)
+
+
+def node_bytes(node: fx.Node) -> float:
+    """Bytes of the node's value; a tuple (a multi-output op) cannot be saved whole."""
+    val = node.meta.get("val")
+    if isinstance(val, torch.Tensor):
+        return val.numel() * val.element_size()
+    return math.inf if isinstance(val, (tuple, list)) else 0
+
+
+# --8<-- [start:default-partition]
+def default_partition(program: Program) -> Partition:
+    """Save every forward value that a backward node reads (what eager autograd saves)."""
+    graph = program.graph_module.graph
+    saved = [n for n in graph.nodes if not is_backward(n) and n.op != "output"
+             and any(is_backward(user) for user in n.users)]
+    return build_partition(program, saved)
+# --8<-- [end:default-partition]
+
+
+# --8<-- [start:min-cut]
+def min_cut_rematerialization_partition(program: Program) -> Partition:
+    """Save the fewest bytes from which the backward can recompute what it needs, using only
+    cheap ops; see [Note: what to save]."""
+    network, source, sink = FlowNetwork(), "source", "sink"
+    for node in program.graph_module.graph.nodes:
+        if node.op == "output":
+            continue
+        if is_backward(node):
+            network.add_edge((node, "in"), sink, math.inf)
+            continue
+        if is_primal(node) or not can_recompute(node):
+            network.add_edge(source, (node, "in"), math.inf)
+        network.add_edge((node, "in"), (node, "out"), node_bytes(node))
+        for user in node.users:
+            if user.op != "output":
+                network.add_edge((node, "out"), (user, "in"), math.inf)
+    value, source_side = min_cut(network, source, sink)
+    saved = [n for n in program.graph_module.graph.nodes
+             if (n, "in") in source_side and (n, "out") not in source_side]
+    log.debug("min cut: %s bytes, saving %s", value, [n.name for n in saved])
+    return build_partition(program, saved)
+# --8<-- [end:min-cut]
+
+
+# --8<-- [start:can-recompute]
+EXPENSIVE = {"mm", "bmm", "addmm", "baddbmm", "matmul", "convolution", "convolution_backward",
+             "sort", "topk", "native_batch_norm", "_native_batch_norm_legit_functional"}
+RANDOM_NAMES = ("rand", "bernoulli", "dropout", "philox", "normal", "uniform", "multinomial")
+
+
+def can_recompute(node: fx.Node) -> bool:
+    """Cheap and deterministic: views, getitem, and ops no input of which is bigger than
+    their output (pointwise ops, broadcasts, concatenation). Not: matrix multiplies and
+    convolutions (expensive), reductions (read more than they write), random ops."""
+    if node.op == "get_attr" or node.target is operator.getitem:
+        return True
+    if node.op != "call_function" or not isinstance(node.meta.get("val"), torch.Tensor):
+        return False
+    name = getattr(node.target, "__name__", str(node.target)).split(".")[0]
+    tags = getattr(node.target, "tags", ())
+    if torch.Tag.nondeterministic_seeded in tags or any(r in name for r in RANDOM_NAMES):
+        return False
+    if name.lstrip("_") in EXPENSIVE or name.startswith("_scaled_dot_product"):
+        return False
+    if getattr(node.target, "is_view", False) or torch.Tag.pointwise in tags:
+        return True
+    out = node.meta["val"].numel()
+    return all(_numel(i) <= out for i in node.all_input_nodes)
+# --8<-- [end:can-recompute]
+
+
+def _numel(node: fx.Node) -> float:
+    val = node.meta.get("val")
+    return val.numel() if isinstance(val, torch.Tensor) else math.inf
+
+
+def ancestors(outputs: list[fx.Node], stop: set[fx.Node]) -> set[fx.Node]:
+    """``outputs`` and every node they depend on, not looking past the ``stop`` nodes."""
+    seen, stack = set(), list(outputs)
+    while stack:
+        node = stack.pop()
+        if node in seen:
+            continue
+        seen.add(node)
+        if node not in stop:
+            stack.extend(node.all_input_nodes)
+    return seen
+
+
+def build_partition(program: Program, saved: list[fx.Node]) -> Partition:
+    """Build the forward and backward graphs for a choice of ``saved`` values."""
+    joint = program.graph_module
+    nodes = list(joint.graph.nodes)
+    outputs = list(nodes[-1].args[0])
+    fw_outputs, grads = outputs[:program.num_graph_outputs], outputs[program.num_graph_outputs:]
+    tangents = [n for n in nodes if n.op == "placeholder" and is_backward(n)]
+    primals = [n for n in nodes if is_primal(n)]
+    forward = _copy_graph(joint, primals, fw_outputs + saved, set(primals))
+    live_grads = [g for g in grads if isinstance(g, fx.Node)]
+    backward = _copy_graph(joint, saved + tangents, live_grads, set(saved + tangents))
+    in_forward = ancestors([n for n in fw_outputs if isinstance(n, fx.Node)], set(primals))
+    in_backward = ancestors(live_grads, set(saved + tangents))
+    recomputed = [n.name for n in nodes if n in in_forward and n in in_backward
+                  and n.op == "call_function" and n not in saved]
+    saved_bytes = [node_bytes(n) for n in saved]
+    return Partition(
+        forward, backward, [n.name for n in saved], int(sum(saved_bytes)),
+        int(sum(b for n, b in zip(saved, saved_bytes) if is_primal(n))), recomputed,
+        [isinstance(g, fx.Node) for g in grads])
+
+
+def _copy_graph(joint: fx.GraphModule, inputs: list[fx.Node], outputs: list,
+                stop: set[fx.Node]) -> fx.GraphModule:
+    """A graph with placeholders ``inputs`` computing ``outputs`` (nodes of ``joint``)."""
+    needed = ancestors([o for o in outputs if isinstance(o, fx.Node)], stop)
+    graph, env = fx.Graph(), {}
+    for node in inputs:
+        env[node] = graph.placeholder(node.name)
+        env[node].meta = dict(node.meta)
+    for node in joint.graph.nodes:
+        if node in needed and node not in env:
+            if node.op == "placeholder":
+                raise AssertionError(f"partition bug: {node.name} is needed but not an input")
+            env[node] = graph.node_copy(node, lambda n: env[n])
+    graph.output(tuple(env[o] if isinstance(o, fx.Node) else o for o in outputs))
+    return fx.GraphModule(joint, graph)
+
+
+PARTITIONERS = {"default": default_partition, "min_cut": min_cut_rematerialization_partition}

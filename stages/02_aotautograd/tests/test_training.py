@@ -1,0 +1,304 @@
+"""Training through aot_module_simplified: joint graphs, functionalization, partitioners and
+the runtime, checked against eager (outputs, gradients of parameters and inputs, buffers)."""
+
+import copy
+
+import pytest
+import torch
+import torch.fx as fx
+import torch.nn as nn
+import torch.nn.functional as F
+from aot_testing import (
+    MODELS,
+    TABLE,
+    GraphRecorder,
+    assert_same_training,
+    compile_module,
+    model_and_inputs,
+    twin,
+)
+from aotautograd import AOTUnsupported, aot_module_simplified
+from aotautograd.partitioners import default_partition, min_cut_rematerialization_partition
+
+PARTITIONERS = ["default", "min_cut"]
+
+
+@pytest.mark.parametrize("decompose", [False, True], ids=["aten", "prims"])
+@pytest.mark.parametrize("partitioner", PARTITIONERS)
+@pytest.mark.parametrize("name", MODELS)
+def test_models_train_like_eager(name, partitioner, decompose):
+    eager, model = twin(model_and_inputs(name)[0])
+    inputs = model_and_inputs(name)[1]
+    compiled = compile_module(model, inputs, partitioner, TABLE if decompose else None)
+    assert compiled.partition is not None and compiled.bw_graph is not None
+    phases = {n.meta.get("phase") for n in compiled.joint_graph.graph.nodes if n.op != "output"}
+    assert phases == {"forward", "backward"}
+    assert_same_training(eager, model, compiled, inputs)
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_min_cut_never_saves_more_than_default(name):
+    model, inputs = model_and_inputs(name)
+    compiled = compile_module(model, inputs, "min_cut")
+    program = compiled.program
+    baseline, min_cut = default_partition(program), min_cut_rematerialization_partition(program)
+    assert min_cut.saved_bytes <= baseline.saved_bytes
+    assert (min_cut.saved_bytes - min_cut.saved_input_bytes
+            < baseline.saved_bytes - baseline.saved_input_bytes)
+    assert min_cut.recomputed and not baseline.recomputed
+    recomputed_targets = {n.target for n in min_cut.backward.graph.nodes
+                          if n.name in min_cut.recomputed}
+    assert not any("mm" in str(t) or "rand" in str(t) for t in recomputed_targets)
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_five_sgd_steps_match_eager(name):
+    eager, model = twin(model_and_inputs(name)[0])
+    compiled = None
+    opt_e = torch.optim.SGD(eager.parameters(), lr=0.1, momentum=0.9)
+    opt_c = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    losses_e, losses_c = [], []
+    for step in range(5):
+        inputs = model_and_inputs(name, seed=step + 1)[1]
+        compiled = compiled or compile_module(model, inputs)
+        for opt, losses, run in ((opt_e, losses_e, eager), (opt_c, losses_c, compiled)):
+            opt.zero_grad()
+            loss = run(*inputs)
+            loss = loss[0] if isinstance(loss, tuple) else loss
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+    assert len(compiled.entries) == 1  # compiled once
+    torch.testing.assert_close(losses_c, losses_e, rtol=1e-4, atol=1e-5)
+    assert losses_e[-1] < losses_e[0]
+
+
+def run_graph(gm, example_inputs):
+    return gm.forward
+
+
+def check_function(fn, inputs, partitioner="min_cut", tangent_seed=0, fx_trace=True, **tol):
+    """Compiled ``fn`` vs eager: outputs, and gradients of every input requiring grad for
+    random upstream gradients."""
+    gm = fx.symbolic_trace(fn) if fx_trace else fn
+    compiled = aot_module_simplified(gm, inputs, GraphRecorder(), decompositions=TABLE,
+                                     partitioner=partitioner)
+    ins_e = [x.detach().clone().requires_grad_(x.requires_grad) for x in inputs]
+    ins_c = [x.detach().clone().requires_grad_(x.requires_grad) for x in inputs]
+    out_e, out_c = fn(*ins_e), compiled(*ins_c)
+    out_e = out_e if isinstance(out_e, tuple) else (out_e,)
+    assert len(out_c) == len(out_e)
+    for c, e in zip(out_c, out_e):
+        torch.testing.assert_close(c, e, **tol)
+        assert c.requires_grad == e.requires_grad
+    torch.manual_seed(tangent_seed)
+    pairs = [(c, e) for c, e in zip(out_c, out_e) if e.requires_grad]
+    tangents = [torch.randn_like(e) for _, e in pairs]
+    wanted = [i for i, x in enumerate(inputs) if x.requires_grad]
+    grads_e = torch.autograd.grad([e for _, e in pairs], [ins_e[i] for i in wanted], tangents,
+                                  allow_unused=True)
+    grads_c = torch.autograd.grad([c for c, _ in pairs], [ins_c[i] for i in wanted], tangents,
+                                  allow_unused=True)
+    for c, e in zip(grads_c, grads_e):
+        assert (c is None) == (e is None)
+        if e is not None:
+            torch.testing.assert_close(c, e, **tol)
+    return compiled, ins_c
+
+
+def test_multiple_outputs_some_without_grad():
+    def fn(x, w, y):
+        h = x @ w
+        return h.relu(), h.argmax(-1), (y * 2).sum(), h.exp().mean()
+
+    x, w, y = torch.randn(3, 4, requires_grad=True), torch.randn(4, 5), torch.randn(2)
+    compiled, _ = check_function(fn, [x, w, y])
+    assert compiled.program.grad_primals == [0]  # only x requires grad
+
+
+def test_unused_input_gets_no_gradient():
+    def fn(x, unused):
+        return (x.sin() * 3,)
+
+    x, unused = torch.randn(4, requires_grad=True), torch.randn(4, requires_grad=True)
+    compiled, (xc, uc) = check_function(fn, [x, unused])
+    compiled(xc, uc)[0].sum().backward()
+    assert uc.grad is None and xc.grad is not None
+
+
+@pytest.mark.parametrize("partitioner", PARTITIONERS)
+def test_layernorm_gelu_softmax_cross_entropy(partitioner):
+    def fn(x, w, b, target):
+        h = F.layer_norm(x, (8,), w, b)
+        h = F.gelu(h) + torch.softmax(h, -1)
+        return F.cross_entropy(h, target), h
+
+    x = torch.randn(4, 8, requires_grad=True)
+    w, b = torch.randn(8, requires_grad=True), torch.randn(8, requires_grad=True)
+    check_function(fn, [x, w, b, torch.randint(0, 8, (4,))], partitioner)
+
+
+def test_embedding():
+    def fn(idx, weight):
+        return (F.embedding(idx, weight) * 2).sum(1)
+
+    idx = torch.tensor([[0, 2, 2], [1, 0, 3]])
+    check_function(fn, [idx, torch.randn(5, 3, requires_grad=True)])
+
+
+def test_in_place_ops_on_intermediates_train():
+    def fn(x, w):
+        h = x @ w
+        h.mul_(2).add_(1)  # scalar mul_ and add_ save nothing for the backward
+        h.relu_()
+        return h.sum(-1), h
+
+    check_function(fn, [torch.randn(3, 4, requires_grad=True),
+                        torch.randn(4, 5, requires_grad=True)])
+
+
+def test_mutated_input_is_copied_back_and_output_aliases_stay_aliases():
+    def fn(x, counter, w):
+        counter.add_(1)  # an input written in place (like num_batches_tracked)
+        y = x * w
+        return y, counter, w.t()  # counter is returned as itself, w.t() as a view of w
+
+    x, w = torch.randn(2, 3, requires_grad=True), torch.randn(2, 3, requires_grad=True)
+    counter = torch.zeros(2, 3)
+    compiled = aot_module_simplified(fx.symbolic_trace(fn), [x, counter.clone(), w],
+                                     run_graph, decompositions=TABLE)
+    y, out_counter, wt = compiled(x, counter, w)
+    assert out_counter is counter and torch.equal(counter, torch.ones(2, 3))
+    assert wt.data_ptr() == w.data_ptr() and wt.stride() == (1, 3)
+    (y.sum() + (wt * 3).sum()).backward()
+    torch.testing.assert_close(w.grad, x.detach() + 3)
+    compiled(x, counter, w)
+    assert torch.equal(counter, torch.full((2, 3), 2.0))
+
+
+def test_batchnorm_running_statistics_update_identically():
+    eager, model = twin(nn.Sequential(nn.BatchNorm1d(4), nn.Linear(4, 2)).train())
+    x = torch.randn(8, 4)
+    compiled = compile_module(model, [x])
+    targets = [n.target for n in compiled.fw_graph.graph.nodes if n.op == "call_function"]
+    assert not any(t._schema.is_mutable for t in targets if hasattr(t, "_schema"))
+    for _ in range(3):
+        x = torch.randn(8, 4)
+        compiled(x)[0].sum().backward()
+        eager(x).sum().backward()
+    for b_c, b_e in zip(model.buffers(), eager.buffers()):
+        torch.testing.assert_close(b_c, b_e)
+    assert model[0].num_batches_tracked.item() == 3
+
+
+def test_no_grad_gives_an_inference_graph():
+    model, inputs = model_and_inputs("mlp")
+    with torch.no_grad():
+        compiled = compile_module(model, inputs)
+        assert compiled.bw_graph is None and compiled.partition is None
+        loss = compiled(*inputs)[0]
+    assert not loss.requires_grad
+    torch.testing.assert_close(loss, model(*inputs).detach())
+    loss = compiled(*inputs)[0]  # grad mode on again: a second, training entry
+    assert loss.requires_grad and len(compiled.entries) == 2
+
+
+def test_dropout_mask_is_the_same_in_forward_and_backward():
+    def fn(x):
+        return (F.dropout(x, 0.5, training=True) * 3,)
+
+    x = torch.randn(200, 100, requires_grad=True)
+    compiled = aot_module_simplified(fx.symbolic_trace(fn), [x], run_graph,
+                                     decompositions=TABLE)
+    (y,) = compiled(x)
+    y.backward(torch.ones_like(y))
+    kept = y != 0
+    assert 0.45 < kept.float().mean().item() < 0.55  # eager's statistics: p = 0.5
+    torch.testing.assert_close(y[kept], (x * 6)[kept])  # scaled by 1 / (1 - p)
+    torch.testing.assert_close(x.grad, kept.float() * 6)  # the same mask in the backward
+    (y2,) = compiled(x)
+    assert not torch.equal(y2 != 0, kept)  # a fresh mask each call
+
+
+def test_autocast_region_is_traced_with_its_casts():
+    def fn(x, w):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            h = x @ w  # bfloat16 under autocast
+        return (h.float().tanh(),)
+
+    x, w = torch.randn(4, 8, requires_grad=True), torch.randn(8, 3, requires_grad=True)
+    # (symbolic_trace would drop the with-block: trace the function itself)
+    compiled, _ = check_function(fn, [x, w], fx_trace=False, rtol=2e-2, atol=2e-2)
+    dtypes = {n.meta["val"].dtype for n in compiled.fw_graph.graph.nodes
+              if isinstance(n.meta.get("val"), torch.Tensor)}
+    assert torch.bfloat16 in dtypes
+
+
+def test_backward_twice_needs_retain_graph_and_double_backward_raises():
+    model, inputs = model_and_inputs("mlp")
+    compiled = compile_module(model, inputs)
+    loss = compiled(*inputs)[0]
+    loss.backward(retain_graph=True)
+    first = [p.grad.clone() for p in model.parameters()]
+    loss.backward()  # retained: runs again and accumulates
+    for p, g in zip(model.parameters(), first):
+        torch.testing.assert_close(p.grad, 2 * g)
+    with pytest.raises(RuntimeError, match="second time|freed"):
+        loss.backward()
+    x = inputs[0].clone().requires_grad_()
+    with pytest.raises(RuntimeError, match="double backward"):
+        torch.autograd.grad(compiled(x, inputs[1])[0], [x], create_graph=True)
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x: x.view(-1).add_(1),  # writes through a view of an input
+    lambda x: (lambda v: (x.mul_(2), v + 1)[1])(x.view(-1)),  # reads a stale view
+], ids=["write-view", "stale-view"])
+def test_mutation_through_views_is_rejected(fn):
+    with pytest.raises(AOTUnsupported, match="view"):
+        aot_module_simplified(fx.symbolic_trace(fn), [torch.randn(2, 3)], run_graph)
+
+
+def test_closed_over_tensor_requiring_grad_is_rejected():
+    w = torch.randn(3, requires_grad=True)
+    with pytest.raises(AOTUnsupported, match="closed-over"):
+        aot_module_simplified(lambda x: (x * w,), [torch.randn(3, requires_grad=True)],
+                              run_graph)
+
+
+def test_parameters_reached_by_get_attr_get_gradients():
+    """A GraphModule whose parameters are attributes (get_attr), as symbolic_trace makes."""
+    class Affine(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w, self.b = nn.Parameter(torch.randn(4, 3)), nn.Parameter(torch.randn(4))
+
+        def forward(self, x):
+            return F.linear(x, self.w, self.b).tanh()
+
+    eager, model = twin(Affine())
+    gm = fx.symbolic_trace(model)
+    assert any(n.op == "get_attr" for n in gm.graph.nodes)
+    x = torch.randn(5, 3)
+    compiled = aot_module_simplified(gm, [x], run_graph, decompositions=TABLE)
+    compiled(x)[0].sum().backward()
+    eager(x).sum().backward()
+    for p_c, p_e in zip(gm.parameters(), eager.parameters()):
+        torch.testing.assert_close(p_c.grad, p_e.grad)
+
+
+def test_bad_partitioner_name():
+    with pytest.raises(ValueError, match="partitioner"):
+        aot_module_simplified(lambda x: (x,), [torch.randn(1)], run_graph, partitioner="x")
+
+
+def test_backward_compiler_gets_example_inputs_and_meta():
+    fw, bw = GraphRecorder(), GraphRecorder()
+    model, inputs = model_and_inputs("mlp")
+    compiled = aot_module_simplified(copy.deepcopy(model), inputs, fw, bw,
+                                     decompositions=TABLE)
+    (bw_gm, examples), = bw.graphs
+    placeholders = [n for n in bw_gm.graph.nodes if n.op == "placeholder"]
+    assert [tuple(e.shape) for e in examples] == [tuple(p.meta["val"].shape)
+                                                  for p in placeholders]
+    assert compiled.partition.saved == [p.name for p in placeholders][:len(examples) - 1]
