@@ -499,8 +499,12 @@ class InstructionTranslator(InstructionTranslatorBase):
     def _cannot_resume(self, inst: dis.Instruction) -> str | None:
         for start, end, handler in handler_ranges(self.code):
             if start <= inst.offset < end:
+                # Any handler would need its block rebuilt in the resume function. A try or
+                # with block's handler starts with PUSH_EXC_INFO; on 3.12 the other kind is
+                # an inlined comprehension's, which restores the loop variable (PEP 709).
                 if self.instructions[self.offset_to_index[handler]].opname == "PUSH_EXC_INFO":
                     return "inside a try or with block"
+                return "inside a list/dict/set comprehension (inlined on Python 3.12+)"
         if torch.is_grad_enabled() != self.initial_grad_mode:
             return "while grad mode is switched"
         return None
