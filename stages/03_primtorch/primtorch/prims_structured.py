@@ -19,7 +19,6 @@ from collections.abc import Sequence
 
 import torch
 
-from primtorch import prims
 from primtorch.prims import _empty_meta, _register, reduction_shape
 
 
@@ -212,6 +211,3 @@ _register(
     "uniform numbers in [0, 1): a pure function of (seed, offset, shape), so recomputing "
     "it gives the same tensor",
 )
-
-__all__ = [name for name, p in prims.PRIMS.items() if p.kind in
-           ("index_reduction", "indexing", "random")] + ["iota", "slice", "cat"]

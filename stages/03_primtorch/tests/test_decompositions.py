@@ -210,11 +210,13 @@ def test_decomposition_matches_eager(key, device):
             assert hits[op] > 0, f"{op} was never reached by {key} samples"
 
 
-@pytest.mark.parametrize("key,dtype", [pytest.param(k, d, marks=pytest.mark.xfail(
-    reason=reason, strict=True)) for (k, d), reason in KNOWN_GAPS.items()] or [
-        pytest.param(None, None, marks=pytest.mark.skip(reason="no known gaps"))])
-def test_known_gaps(key, dtype):
-    run_opinfo(key, "cpu", [dtype])
+def test_known_gaps_still_fail():
+    """Each KNOWN_GAPS entry must still fail (fixing one means deleting its entry), and the
+    gaps stay a small fraction of what is tested."""
+    for key, dtype in KNOWN_GAPS:
+        with pytest.raises(AssertionError):
+            run_opinfo(key, "cpu", [dtype])
+    assert len(KNOWN_GAPS) < 0.05 * len(TESTED_OPINFOS) * len(DTYPES)
 
 
 def _grad_inputs(sample):

@@ -9,8 +9,10 @@ from primtorch import prims
 
 DTYPES = [torch.float32, torch.float64, torch.bfloat16, torch.int32, torch.int64, torch.bool]
 FLOAT_ONLY = {"sin", "cos", "tan", "tanh", "exp", "expm1", "log", "log1p", "sqrt", "rsqrt",
-              "erf", "reciprocal", "div", "pow"}
-NO_BOOL = {"neg", "sub", "sign", "abs", "floor", "ceil", "trunc", "fmod", "maximum", "minimum"}
+              "erf", "reciprocal", "div", "pow", "asin", "acos", "atan", "sinh", "cosh",
+              "asinh", "acosh", "atanh", "log2", "exp2", "lgamma", "erfinv", "atan2"}
+NO_BOOL = {"neg", "sub", "sign", "abs", "floor", "ceil", "trunc", "fmod", "maximum", "minimum",
+           "round", "shift_left", "shift_right"}
 SHAPES = [(), (1,), (5,), (3, 1, 4)]
 
 
@@ -23,7 +25,8 @@ def make(shape, dtype, seed=0):
     return torch.randint(1, 9, shape, generator=g, dtype=dtype)
 
 
-INT_ONLY = {"bitwise_and", "bitwise_or", "bitwise_xor"}
+INT_ONLY = {"bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "shift_left",
+            "shift_right"}
 
 
 def applicable(name, dtype):
@@ -148,3 +151,59 @@ def test_registry_records():
         assert prim.op is getattr(prims, name) and prim.op.namespace == "minipt2"
         assert prims.is_prim(prim.op) and prim.doc
     assert not prims.is_prim(torch.ops.aten.add.Tensor)
+
+
+CPU = torch.device("cpu")
+
+
+def _structured_cases():
+    a = torch.arange(24.0).reshape(2, 3, 4)
+    index = torch.tensor([[[0, 2, 1, 0]], [[1, 1, 2, 0]]])  # (2, 1, 4)
+    seed = torch.tensor(1234)
+    return {
+        "slice": (a, [0, 1, 0], [2, 3, 4], [1, 1, 3]),
+        "cat": ([a, a[:, :1]], 1),
+        "argmax": (a, 2), "argmin": (a, 0),
+        "gather": (a, 1, index),
+        "scatter": (torch.zeros(2, 3, 4), 1, index, torch.ones(2, 1, 4)),
+        "scatter_add": (torch.zeros(2, 3, 4), 1, index, torch.ones(2, 1, 4)),
+        "rand": ([3, 5], seed, 2),
+    }
+
+
+@pytest.mark.parametrize("name", list(_structured_cases()))
+def test_structured_meta_matches_eager(name):
+    args = _structured_cases()[name]
+    kwargs = {"dtype": torch.float32, "device": CPU} if name == "rand" else {}
+    eager = getattr(prims, name)(*args, **kwargs)
+    meta_args = [[t.to("meta") for t in a] if isinstance(a, list) and a and
+                 isinstance(a[0], torch.Tensor) else a.to("meta")
+                 if isinstance(a, torch.Tensor) else a for a in args]
+    meta = getattr(prims, name)(*meta_args, **kwargs)
+    assert (meta.shape, meta.dtype) == (eager.shape, eager.dtype)
+
+
+def test_structured_values():
+    a = torch.arange(24.0).reshape(2, 3, 4)
+    assert torch.equal(prims.slice(a, [0, 1, 0], [2, 3, 4], [1, 1, 3]), a[:, 1:3, 0:4:3])
+    assert torch.equal(prims.cat([a, a], 2), torch.cat([a, a], 2))
+    iota = prims.iota(4, start=5, step=-2, dtype=torch.float32, device=CPU)
+    assert iota.tolist() == [5, 3, 1, -1]
+    assert prims.argmax(torch.tensor([[1.0, float("nan"), 3.0]]), 1).item() == 1
+    with pytest.raises(ValueError, match="same dtype|share dtype"):
+        prims.cat([a, a.double()], 0)
+    with pytest.raises(ValueError, match="bad slice"):
+        prims.slice(a, [0, 0, 0], [2, 4, 4], [1, 1, 1])
+
+
+def test_rand_is_a_pure_function_of_seed_and_offset():
+    seed = prims.seed(CPU)
+    one = prims.rand([1000], seed, 0, dtype=torch.float32, device=CPU)
+    again = prims.rand([1000], seed, 0, dtype=torch.float32, device=CPU)
+    other = prims.rand([1000], seed, 1, dtype=torch.float32, device=CPU)
+    assert torch.equal(one, again) and not torch.equal(one, other)
+    assert 0 <= one.min() and one.max() < 1 and abs(one.mean().item() - 0.5) < 0.05
+    torch.manual_seed(3)
+    first = prims.seed(CPU)
+    torch.manual_seed(3)
+    assert prims.seed(CPU).item() == first.item()  # torch.manual_seed controls the seeds

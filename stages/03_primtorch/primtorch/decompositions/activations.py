@@ -98,7 +98,7 @@ def silu_backward(grad: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
 
 
 # --8<-- [start:gelu]
-_GELU_K = math.sqrt(2 / math.pi)  # tanh approximation: Phi(x) ~ (1 + tanh(k (x + 0.044715 x^3))) / 2
+_GELU_K = math.sqrt(2 / math.pi)  # tanh form: Phi(x) ~ (1 + tanh(k (x + 0.044715 x^3))) / 2
 
 
 @register_decomposition(aten.gelu.default)

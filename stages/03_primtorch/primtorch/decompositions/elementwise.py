@@ -10,7 +10,6 @@ Chapter: book/docs/primtorch.md ("Elementwise ops").
 
 from __future__ import annotations
 
-import math
 from numbers import Number
 
 import torch
@@ -21,9 +20,9 @@ from primtorch.prims_common import (
     broadcast_shapes,
     broadcast_to,
     device_of,
-    full,
     elementwise,
     elementwise_args,
+    full,
     prepare,
     result_type,
     scalar_like,

@@ -148,6 +148,8 @@ def _softmax(x: torch.Tensor, dim: int, half_to_float: bool) -> torch.Tensor:
 
 @register_decomposition(aten._log_softmax.default)
 def _log_softmax(x: torch.Tensor, dim: int, half_to_float: bool) -> torch.Tensor:
+    """x - max - log(sum(exp(x - max))) along dim: the max keeps exp from overflowing."""
+    # BEGIN EXERCISE primtorch-log-softmax: log_softmax in prims, stable for large inputs
     x, dim, result_dtype = _softmax_input(x, dim, half_to_float)
     if dim is None:  # x - x is 0 (nan for +-inf, as in eager) and keeps empty shapes
         return to_dtype(prims.sub(x, x), result_dtype)
@@ -155,6 +157,7 @@ def _log_softmax(x: torch.Tensor, dim: int, half_to_float: bool) -> torch.Tensor
     total = restore_dims(prims.sum(prims.exp(shifted), [dim]), x.shape, [dim])
     log_total = broadcast_to(prims.log(total), x.shape)
     return to_dtype(prims.sub(shifted, log_total), result_dtype)
+    # END EXERCISE primtorch-log-softmax
 
 
 def _softmax_backward_dims(out: torch.Tensor, dim: int) -> list[int]:
