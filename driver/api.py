@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from driver import debug, logs
+from driver import debug, logs, progress
 from driver.backends import Backend, lookup_backend
 
 MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
@@ -64,7 +64,9 @@ class _Recorder:
         self.records: list[GraphRecord] = []
 
     def __call__(self, gm, example_inputs):
-        compiled = self.backend(gm, example_inputs)
+        what = f"compiling graph {len(self.records)} ({len(gm.graph.nodes)} nodes)"
+        with progress.compiling(what):
+            compiled = self.backend(gm, example_inputs)
         record = GraphRecord(len(self.records), gm, list(example_inputs), compiled=compiled)
         record.artifacts = dict(getattr(compiled, "artifacts", {}) or {})
         self.records.append(record)

@@ -160,3 +160,24 @@ def test_report_renders_in_headless_chromium(tmp_path):
     subprocess.run([_chromium(), *flags, f"--screenshot={shot}", out.as_uri()],
                    capture_output=True, timeout=120)
     assert shot.exists() and shot.stat().st_size > 20_000  # a blank page is ~5 kB
+
+
+def test_progress_line_only_on_a_terminal(monkeypatch, capsys):
+    import io
+
+    import torch
+
+    import driver
+    from driver import progress
+
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    fake = Tty()
+    monkeypatch.setattr(sys, "stderr", fake)
+    driver.compile(lambda x: x.cos() + 1, options={"target": "cpp"})(torch.randn(4))
+    assert "[minipt2] compiling graph 0" in fake.getvalue()
+    assert fake.getvalue().endswith("\r")  # the line is erased when done
+    monkeypatch.setenv("MINIPT2_PROGRESS", "0")
+    assert not progress.enabled()
