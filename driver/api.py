@@ -62,6 +62,8 @@ class _Recorder:
     def __init__(self, backend: Backend):
         self.backend = backend
         self.records: list[GraphRecord] = []
+        # what dynamo's messages call us: the backend's own name, e.g. "inductor_backend"
+        self.__name__ = getattr(backend, "__name__", type(backend).__name__)
 
     def __call__(self, gm, example_inputs):
         what = f"compiling graph {len(self.records)} ({len(gm.graph.nodes)} nodes)"
