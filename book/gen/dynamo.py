@@ -1,5 +1,6 @@
-"""Outputs of the Dynamo chapter: bytecode, a captured module graph, its guards, explain
-output for a graph break, and the bytecode of a resume function. All made from the code as
+"""Outputs of the Dynamo chapter: bytecode, a captured module graph, its guards, an
+autocast region's graph and example dtypes, explain output for a graph break, and the
+bytecode of a resume function. All made from the code as
 it is when the book is built."""
 
 from __future__ import annotations
@@ -36,6 +37,12 @@ def item_branch(x):
     return y - 1
 
 
+def autocast_block(x, w):
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y = F.linear(x, w).relu()
+    return y.float().sum(dim=0)
+
+
 def _dis(fn_or_code) -> str:
     buffer = io.StringIO()
     dis.dis(fn_or_code, file=buffer, depth=0)
@@ -67,6 +74,16 @@ def generate(write) -> None:
     write("dynamo/module_graph.py", graphs[0].code.strip())
     (entry,) = dynamo.cache_entries(opt)
     write("dynamo/module_guards.txt", "\n".join(str(g) for g in entry.guards))
+
+    graphs.clear()
+    x, w = torch.randn(4, 8), torch.randn(8, 8)
+    out = dynamo.optimize(recording)(autocast_block)(x, w)
+    assert out.dtype == autocast_block(x, w).dtype
+    (gm,) = graphs
+    write("dynamo/autocast_graph.py", gm.code.strip())
+    dtypes = [f"{n.name}: {n.meta['example_value'].dtype}" for n in gm.graph.nodes
+              if "example_value" in n.meta]
+    write("dynamo/autocast_dtypes.txt", "\n".join(dtypes))
 
     report = dynamo.explain(item_branch)(torch.randn(4))
     write("dynamo/explain_break.txt", _strip_paths(str(report)))

@@ -27,11 +27,12 @@ from .exc import (
     FallbackWarning,
     Unsupported,
     UserErrorInTrace,
+    reproduce_line,
     unimplemented,
 )
 from .guards import RESERVED_NAMES, Guard, compile_guards, make_frame_function
 from .output_graph import OutputGraph
-from .resume_execution import live_locals
+from .resume_execution import live_locals, original_location
 from .side_effects import SideEffects
 from .symbolic_convert import BreakPoint, InstructionTranslator
 from .variables.base import NullVariable, VariableTracker, children
@@ -199,5 +200,6 @@ def _fallback_message(frame: Frame, name: str, error: Exception) -> str:
         f'minipt2 stage "{stage}" could not compile {name}(); running it eagerly.\n'
         f"  reason: {reason}\n"
         f"  at {where}\n"
-        f"  (fullgraph=True or MINIPT2_STRICT=1 raises instead)"
+        f"  (fullgraph=True or MINIPT2_STRICT=1 raises instead)\n"
+        f"  {reproduce_line(original_location(code, 0)[0].co_qualname)}"
     )

@@ -26,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
+import linecache
 import os
 import sys
 import types
@@ -37,8 +38,9 @@ import torch
 
 from . import config
 from .convert_frame import CacheEntry, Frame, compile_or_fallback
-from .exc import FallbackWarning
+from .exc import FallbackWarning, reproduce_line, unimplemented
 from .guards import Guard, first_failing_guard
+from .resume_execution import original_location
 
 _cache: dict[types.CodeType, list[CacheEntry]] = {}
 _skipped: set[types.CodeType] = set()  # gave up on these: always eager, warned once
@@ -68,7 +70,7 @@ def _wrap(fn: Any, backend: Callable[..., Any], fullgraph: bool) -> Callable[...
         raise TypeError(
             f"optimize(...)(fn): fn must be a Python function or method, got {type(fn).__name__}"
         )
-    signature = inspect.signature(func)
+    signature = inspect.signature(func, follow_wrapped=False)  # the code's own parameters
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -112,7 +114,7 @@ def _call(
         if entry.check(frame):
             return entry.run(frame)
     if len(entries) >= config.recompile_limit:  # [Note: recompile limit]
-        _warn_recompile_limit(frame, entries[-1])
+        _recompile_limit_hit(frame, entries[-1])
         return run_eagerly()
     entry, give_up = compile_or_fallback(frame, backend, fullgraph, code.co_name)
     if give_up:
@@ -125,17 +127,25 @@ def _call(
 # --8<-- [end:cache-lookup]
 
 
-def _warn_recompile_limit(frame: Frame, last: CacheEntry) -> None:
+def _recompile_limit_hit(frame: Frame, last: CacheEntry) -> None:
+    """Warn once (or, under MINIPT2_STRICT=1, raise) naming the guard that failed."""
     code = frame.code
+    failed = first_failing_guard(last.guards, frame.namespace())
+    limit = f"{code.co_name}() hit the recompile limit " \
+            f"(config.recompile_limit = {config.recompile_limit})"
+    text = linecache.getline(code.co_filename, code.co_firstlineno).strip()
+    where = f"{code.co_filename}:{code.co_firstlineno}: {text}"
+    if config.strict():
+        unimplemented(f"{limit}; guard failed: {failed}", where)
     if code in _limit_warned:
         return
     _limit_warned.add(code)
-    failed = first_failing_guard(last.guards, frame.namespace())
+    qualname = original_location(code, 0)[0].co_qualname
     warnings.warn(
-        f'minipt2 stage "dynamo": {code.co_name}() hit the recompile limit '
-        f"(config.recompile_limit = {config.recompile_limit}); running it eagerly.\n"
+        f'minipt2 stage "dynamo": {limit}; running it eagerly.\n'
         f"  guard failed: {failed}\n"
-        f"  at {code.co_filename}:{code.co_firstlineno}",
+        f"  at {where}\n"
+        f"  {reproduce_line(qualname)}",
         FallbackWarning, stacklevel=4,
     )
 

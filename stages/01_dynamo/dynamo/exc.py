@@ -9,6 +9,9 @@ Chapter: book/docs/dynamo.md ("Giving up").
 
 from __future__ import annotations
 
+import os
+import shlex
+import sys
 from typing import NoReturn
 
 
@@ -31,9 +34,14 @@ class Unsupported(RuntimeError):
         return f"{self.reason}\n  at {self.location}"
 
 
-def unimplemented(reason: str) -> NoReturn:
-    """Give up on the current frame. The single exit for "cannot capture this"."""
-    raise Unsupported(reason)
+def unimplemented(reason: str, location: str | None = None) -> NoReturn:
+    """Give up on the current frame. The single exit for "cannot capture this".
+
+    ``location`` is for give-ups outside the interpreter (the cache's recompile
+    limit); inside it, the translator fills it in."""
+    error = Unsupported(reason)
+    error.location = location
+    raise error
 
 
 class UserErrorInTrace(Exception):
@@ -57,6 +65,43 @@ class FallbackWarning(UserWarning):
     """Emitted once per code object whenever a frame runs eagerly instead of compiled."""
 
 
+def reproduce_line(qualname: str) -> str:
+    """The last line of every give-up message: one command that raises where we gave up.
+
+    # [Note: reproduce]
+    # MINIPT2_STRICT=1 turns every fallback into the exception behind it, raised with
+    # the user's source line. When this process was started as ``python script.py
+    # ...`` or ``python -m package ...`` we print that very command with the variable
+    # set; otherwise (a REPL, a notebook, ``python -c``) we say what to do instead.
+    """
+    main_spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    if main_spec is not None and main_spec.name:  # python -m package ...
+        module = main_spec.name.removesuffix(".__main__")
+        return "reproduce: MINIPT2_STRICT=1 python -m " + shlex.join([module, *sys.argv[1:]])
+    if sys.argv and sys.argv[0] and os.path.isfile(sys.argv[0]):  # python script.py ...
+        return "reproduce: MINIPT2_STRICT=1 python " + shlex.join(sys.argv)
+    return (f"reproduce: set MINIPT2_STRICT=1 and call {qualname}() again "
+            "to raise at the failing line")
+
+
+_STAGE_PACKAGES = ("aotautograd", "primtorch", "inductor")
+
+
+def _stage_of(error: BaseException) -> str:
+    """The minipt2 stage an exception came from: its type's package (``inductor.CompileError``),
+    else the package of the innermost stage frame in its traceback (an ``AttributeError``
+    raised inside ``inductor/ir.py`` is inductor's), else "backend"."""
+    module = type(error).__module__.split(".")[0]
+    if module in _STAGE_PACKAGES:
+        return module
+    stage, tb = "backend", error.__traceback__
+    while tb is not None:
+        package = tb.tb_frame.f_globals.get("__name__", "").split(".")[0]
+        stage = package if package in _STAGE_PACKAGES else stage
+        tb = tb.tb_next
+    return stage
+
+
 class BackendCompilerFailed(RuntimeError):
     """The backend raised while compiling a captured graph.
 
@@ -65,8 +110,7 @@ class BackendCompilerFailed(RuntimeError):
     """
 
     def __init__(self, backend_name: str, error: BaseException) -> None:
-        module = type(error).__module__.split(".")[0]
-        self.stage = "backend" if module in ("builtins", "__main__") else module
+        self.stage = _stage_of(error)
         self.error = error
         super().__init__(
             f"backend {backend_name} failed: {type(error).__name__}: {error}"

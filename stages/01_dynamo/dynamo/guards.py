@@ -168,6 +168,22 @@ def make_grad_mode_guard() -> Guard:
     return Guard("torch", "GRAD_MODE", f"{'' if enabled else 'not '}torch.is_grad_enabled()")
 
 
+def make_autocast_guard() -> Guard:
+    """Whether autocast was on when tracing began, and with which dtype, for each device
+    type that can run here: it decided the example values' dtypes and, for a backend
+    that traces further (aotautograd), the casts written into its graph."""
+    devices = ["cpu", "cuda"] if torch.cuda.is_available() else ["cpu"]
+    terms = []
+    for device in devices:
+        enabled = f"torch.is_autocast_enabled({device!r})"
+        if torch.is_autocast_enabled(device):
+            dtype = torch.get_autocast_dtype(device)
+            terms.append(f"{enabled} and torch.get_autocast_dtype({device!r}) == {dtype}")
+        else:
+            terms.append(f"not {enabled}")
+    return Guard("torch", "AUTOCAST", " and ".join(terms))
+
+
 def make_frame_function(name: str, params: Sequence[str], expr: str) -> Callable[..., Any]:
     """Compile ``def name(G, C, *params): return expr`` in the guard namespace.
 

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 import torch.fx
 
-from .guards import Guard, make_grad_mode_guard
+from .guards import Guard, make_autocast_guard, make_grad_mode_guard
 from .side_effects import SideEffects
 from .utils import get_example_value
 from .variables.base import VariableTracker, children
@@ -42,7 +42,8 @@ class OutputGraph:
         self.side_effects = SideEffects()
         self.wrap_cache: dict[str, VariableTracker] = {}  # source -> its tracker
         self.root_globals: dict[str, Any] | None = None
-        self.add_guards([make_grad_mode_guard()])
+        self.autocast_modes: list[Any] = []  # entered for real while tracing, innermost last
+        self.add_guards([make_grad_mode_guard(), make_autocast_guard()])
 
     def add_guards(self, guards: list[Guard]) -> None:
         for guard in guards:

@@ -458,6 +458,8 @@ class InstructionTranslator(InstructionTranslatorBase):
             return None
         finally:
             torch._C._set_grad_enabled(self.initial_grad_mode)
+            while self.output.autocast_modes:  # a give-up inside an autocast block
+                torch.amp._exit_autocast(self.output.autocast_modes.pop())
 
     def read_cell(self, name: str) -> VariableTracker:
         if name in self.code.co_freevars and name not in self.symbolic_locals:
@@ -497,6 +499,8 @@ class InstructionTranslator(InstructionTranslatorBase):
         self.lineno = lineno
 
     def _cannot_resume(self, inst: dis.Instruction) -> str | None:
+        if self.output.autocast_modes:  # the resume function would start outside autocast
+            return "inside an autocast region"
         for start, end, handler in handler_ranges(self.code):
             if start <= inst.offset < end:
                 # Any handler would need its block rebuilt in the resume function. A try or

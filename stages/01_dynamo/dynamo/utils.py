@@ -2,7 +2,8 @@
 
 Input: an operation about to enter the graph (kind, target, tracker args),
 or a source expression and a frame. Output: the operation's example value
-computed on meta tensors plus the device the real result will live on; or
+computed on meta tensors (under autocast, on ``DeviceMeta`` wrappers so the casts
+happen) plus the device the real result will live on; or
 the value a source names at run time.
 Chapter: book/docs/dynamo.md ("Tensors and example values").
 """
@@ -13,6 +14,7 @@ import functools
 from typing import Any
 
 import torch
+from torch.utils._pytree import tree_leaves, tree_map_only
 
 from .exc import UserErrorInTrace, unimplemented
 from .guards import GUARD_GLOBALS
@@ -35,15 +37,83 @@ def get_example_value(
     if "device" in ex_kwargs:
         ex_kwargs["device"] = "meta"
     name = target if isinstance(target, str) else getattr(target, "__name__", str(target))
+    autocast = _autocast_devices(args, kwargs)
+    if autocast:  # [Note: example values under autocast]
+        ex_args, ex_kwargs = tree_map_only(torch.Tensor, autocast.fake, (ex_args, ex_kwargs))
     try:
         with torch.device("meta"):  # factories without device= build meta tensors too
             if kind == "call_method":
-                return _run_method(target, ex_args, ex_kwargs), device
-            return target(*ex_args, **ex_kwargs), device
+                result = _run_method(target, ex_args, ex_kwargs)
+            else:
+                result = target(*ex_args, **ex_kwargs)
+        return (tree_map_only(DeviceMeta, DeviceMeta.unwrap, result) if autocast else result,
+                device)
     except NotImplementedError as e:
         unimplemented(f"{name}() has no meta kernel, so its result cannot be predicted ({e})")
     except Exception as e:
         raise UserErrorInTrace(e) from e
+
+
+class DeviceMeta(torch.Tensor):
+    """A meta tensor that claims to live on a real device, so that autocast treats it as it
+    would the real tensor. Every op on it runs on the meta tensor inside.
+
+    # [Note: example values under autocast]
+    # Autocast picks the tensors it casts by device: inside ``torch.autocast("cpu")`` a
+    # matmul of CPU float32 tensors runs in bfloat16, but a matmul of *meta* tensors is
+    # left alone (meta is not an autocast device). Our example values are meta tensors,
+    # so under autocast they would come out float32 where the real result is bfloat16.
+    # The fix is PyTorch's FakeTensor idea, very small: a storage-less wrapper subclass
+    # that reports the real device (its dispatch keys include that device's autocast
+    # key) and, in ``__torch_dispatch__`` (which runs *after* autocast inserted its
+    # casts), runs the op, casts included, on the meta tensor it holds. It is used only
+    # while autocast is on, so everything else keeps the plain meta path.
+    """
+
+    meta: torch.Tensor
+
+    @staticmethod
+    def __new__(cls, meta: torch.Tensor, device: torch.device) -> DeviceMeta:
+        fake = torch.Tensor._make_wrapper_subclass(
+            cls, meta.size(), strides=meta.stride(), storage_offset=meta.storage_offset(),
+            dtype=meta.dtype, device=device, requires_grad=meta.requires_grad)
+        fake.meta = meta
+        return fake
+
+    __torch_function__ = torch._C._disabled_torch_function_impl
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        device = next(a.device for a in tree_leaves((args, kwargs)) if isinstance(a, cls))
+        args, kwargs = tree_map_only(cls, lambda t: t.meta, (args, kwargs or {}))
+        out = func(*args, **kwargs)
+        return tree_map_only(torch.Tensor, lambda t: cls(t, device), out)
+
+    def unwrap(self) -> torch.Tensor:
+        """The meta example; ``requires_grad`` is the wrapper's (autograd ran above us)."""
+        if self.requires_grad and not self.meta.requires_grad:
+            return self.meta.detach().requires_grad_()
+        return self.meta
+
+
+class _AutocastFaker:
+    """Turns each meta example into a DeviceMeta on its tensor's real device."""
+
+    def __init__(self, devices: dict[int, torch.device]) -> None:
+        self.devices = devices
+
+    def fake(self, meta: torch.Tensor) -> torch.Tensor:
+        device = self.devices.get(id(meta))
+        return meta if device is None else DeviceMeta(meta, device)
+
+
+def _autocast_devices(args: list[VariableTracker], kwargs: dict[str, VariableTracker]
+                      ) -> _AutocastFaker | None:
+    """None unless autocast is on for the device of some tensor argument."""
+    tensors = [a for a in _flatten([*args, *kwargs.values()]) if isinstance(a, TensorVariable)]
+    if not any(torch.is_autocast_enabled(t.device.type) for t in tensors):
+        return None
+    return _AutocastFaker({id(t.example): t.device for t in tensors})
 
 
 def _run_method(name: str, args: list[Any], kwargs: dict[str, Any]) -> Any:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import warnings
 
 import dynamo
@@ -237,3 +240,103 @@ def test_calling_a_global_module_is_inlined(backend, no_fallback):
     torch.testing.assert_close(dynamo.optimize(backend)(calls_global_module)(x),
                                calls_global_module(x))
     assert backend.calls == 1
+
+
+# -- every give-up says how to reproduce it ([Note: reproduce] in exc.py) ----------------
+
+def test_reproduce_line_names_the_command(monkeypatch, tmp_path):
+    import types
+
+    from dynamo.exc import reproduce_line
+
+    script = tmp_path / "train model.py"
+    script.write_text("")
+    main = types.ModuleType("__main__")
+    main.__spec__ = None
+    monkeypatch.setitem(sys.modules, "__main__", main)
+    monkeypatch.setattr(sys, "argv", [str(script), "--steps", "3"])
+    assert reproduce_line("f") == \
+        f"reproduce: MINIPT2_STRICT=1 python '{script}' --steps 3"
+    main.__spec__ = types.SimpleNamespace(name="driver.__main__")
+    monkeypatch.setattr(sys, "argv", ["/x/driver/__main__.py", "explain", "m.py:f"])
+    assert reproduce_line("f") == "reproduce: MINIPT2_STRICT=1 python -m driver explain m.py:f"
+    main.__spec__ = None
+    monkeypatch.setattr(sys, "argv", ["-c"])
+    assert reproduce_line("Net.forward") == ("reproduce: set MINIPT2_STRICT=1 and call "
+                                             "Net.forward() again to raise at the failing line")
+
+
+SCRIPT = '''
+import torch, dynamo
+
+def f(x):
+    with torch.no_grad():
+        print("inside")
+    return x + 1
+
+dynamo.optimize(lambda gm, ex: gm.forward)(f)(torch.randn(2))
+'''
+
+
+def test_reproduce_command_raises_at_the_failing_line(tmp_path):
+    """Run a script, read its warning's last line, run that command: it must raise there."""
+    script = tmp_path / "user_script.py"
+    script.write_text(SCRIPT)
+    env = {k: v for k, v in os.environ.items() if k != "MINIPT2_STRICT"}
+    first = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                           env=env, cwd=tmp_path, timeout=120)
+    assert first.returncode == 0, first.stderr
+    (line,) = [ln.strip() for ln in first.stderr.splitlines() if "reproduce:" in ln]
+    command = line.removeprefix("reproduce: ")
+    assert command == f"MINIPT2_STRICT=1 python {script}"
+    python_dir = os.path.dirname(sys.executable)  # "python" must be this interpreter
+    env["PATH"] = python_dir + os.pathsep + env.get("PATH", "")
+    if not os.path.exists(os.path.join(python_dir, "python")):
+        command = command.replace(" python ", f" {sys.executable} ", 1)
+    second = subprocess.run(command, shell=True, capture_output=True, text=True, env=env,
+                            cwd=tmp_path, timeout=120)
+    assert second.returncode != 0
+    assert "dynamo.exc.Unsupported: print()" in second.stderr
+    assert f'{script}:6: print("inside")' in second.stderr
+
+
+def test_fallback_warning_and_explain_end_with_reproduce(backend):
+    with pytest.warns(dynamo.FallbackWarning) as record:
+        dynamo.optimize(backend)(print_in_with)(torch.randn(2))
+    message = str(record[0].message)
+    assert message.splitlines()[-1].strip().startswith("reproduce: ")
+    report = str(dynamo.explain(print_in_with)(torch.randn(2)))
+    assert message.splitlines()[-1].strip() in report
+
+
+def test_recompile_limit_says_how_to_reproduce_and_strict_raises(backend, monkeypatch):
+    monkeypatch.setattr(dynamo.config, "recompile_limit", 2)
+
+    def scale(x, k):
+        return x * k
+
+    opt = dynamo.optimize(backend)(scale)
+    x = torch.randn(2)
+    with pytest.warns(dynamo.FallbackWarning, match="recompile limit") as record:
+        for k in range(3):
+            opt(x, k)
+    assert str(record[0].message).splitlines()[-1].strip().startswith("reproduce: ")
+    monkeypatch.setenv("MINIPT2_STRICT", "1")
+    with pytest.raises(dynamo.Unsupported, match="recompile limit") as info:
+        opt(x, 5)
+    assert "guard failed: k == 1" in str(info.value)  # the last entry's failing guard
+    assert "def scale(x, k):" in str(info.value)
+    torch.testing.assert_close(opt(x, 1), x)  # a cached specialisation still runs
+
+
+def test_backend_errors_name_the_stage_they_came_from():
+    """A plain AttributeError raised inside inductor's code is inductor's, not "backend"."""
+    namespace = {"__name__": "inductor.scheduler"}
+    exec("def schedule(gm):\n    return None.device\n", namespace)
+
+    def failing_backend(gm, example_inputs):
+        return namespace["schedule"](gm)
+
+    fn = dynamo.optimize(failing_backend)(lambda x: x + 1)
+    with pytest.warns(dynamo.FallbackWarning, match='stage "inductor"'):
+        torch.testing.assert_close(fn(torch.ones(2)), torch.ones(2) + 1)

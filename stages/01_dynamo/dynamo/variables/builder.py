@@ -31,6 +31,7 @@ from ..guards import (
 from .base import VariableTracker
 from .builtin import BuiltinVariable, has_special_case, is_pure
 from .constant import ConstantVariable, SymNumberVariable, is_literal
+from .ctx_manager import AutocastVariable
 from .dicts import ConstDictVariable
 from .functions import FunctoolsPartialVariable, UserFunctionVariable, UserMethodVariable
 from .lists import ListVariable, NamedTupleVariable, TupleVariable
@@ -86,6 +87,9 @@ def _wrap(output: OutputGraph, value: Any, source: str, sym_numbers: bool) -> Va
         output.add_guards([make_type_guard(source, value)])
         obj = wrap(output, value.__self__, f"{source}.__self__")
         return UserMethodVariable(value.__func__, obj, source=source)
+    if isinstance(value, torch.amp.autocast):  # e.g. the one @torch.autocast(...) holds
+        output.add_guards([make_identity_guard(source, value)])
+        return AutocastVariable.from_object(value, source=source)
     if isinstance(value, functools.partial):
         output.add_guards([make_type_guard(source, value)])
         fn = wrap(output, value.func, f"{source}.func")
@@ -187,8 +191,8 @@ def wrap_static(value: Any, strict: bool = True) -> VariableTracker | None:
         return PythonModuleVariable(value)
     if is_literal(value):
         return ConstantVariable(value)
-    if any(value is f for f in (torch.no_grad, torch.enable_grad, torch.set_grad_enabled,
-                                torch.autocast)):
+    if any(value is f for f in (torch.no_grad, torch.enable_grad, torch.set_grad_enabled)) \
+            or (isinstance(value, type) and issubclass(value, torch.amp.autocast)):
         return TorchFunctionVariable(value)
     if value is functools.partial or has_special_case(value) or is_pure(value) or (
             isinstance(value, types.BuiltinFunctionType) and _is_builtin(value)):

@@ -1,12 +1,11 @@
-"""Torch callables: functions of the torch namespace, and grad-mode context managers.
+"""Torch callables: functions of the torch namespace.
 
 Input: a callable found through LOAD_GLOBAL / LOAD_ATTR on a torch module
 (``torch.sin``, ``F.linear``, ``torch.Tensor.add``), or ``torch.no_grad()`` /
-``torch.enable_grad()`` / ``torch.set_grad_enabled(b)`` in a ``with``.
+``torch.enable_grad()`` / ``torch.set_grad_enabled(b)`` / ``torch.autocast(...)``.
 Output: a ``call_function`` node whose example value comes from running the
-same function on meta tensors (OutputGraph.create_op); for grad mode, a
-``torch._C._set_grad_enabled`` node at entry and exit, with the real mode
-switched while tracing so example values get the right ``requires_grad``.
+same function on meta tensors (OutputGraph.create_op); for the context
+managers, their trackers (ctx_manager.py).
 Chapter: book/docs/dynamo.md ("Calling torch").
 """
 
@@ -20,6 +19,7 @@ import torch
 from ..exc import unimplemented
 from .base import VariableTracker
 from .constant import ConstantVariable
+from .ctx_manager import AutocastVariable, GradModeVariable
 
 if TYPE_CHECKING:
     from ..symbolic_convert import InstructionTranslatorBase as InstructionTranslator
@@ -59,8 +59,8 @@ class TorchFunctionVariable(VariableTracker):
             return ConstantVariable(torch.is_grad_enabled())
         if fn in _GLOBAL_STATE_FUNCTIONS:
             unimplemented(f"torch.{fn.__name__}() changes global state")
-        if isinstance(fn, type) and fn in (torch.autocast, torch.amp.autocast):
-            unimplemented("torch.autocast is not captured yet (it runs eagerly)")
+        if isinstance(fn, type) and issubclass(fn, torch.amp.autocast):
+            return AutocastVariable.create(fn, args, kwargs)  # [Note: autocast in the graph]
         if hasattr(fn, "__wrapped__"):
             unimplemented(f"{getattr(fn, '__qualname__', fn)} is a decorated torch function")
         return tx.output.create_op("call_function", fn, args, kwargs)
@@ -70,33 +70,3 @@ class TorchFunctionVariable(VariableTracker):
 
     def __repr__(self) -> str:
         return f"TorchFunctionVariable({getattr(self.value, '__name__', self.value)})"
-
-
-@dataclasses.dataclass(frozen=True, eq=False)
-class GradModeVariable(VariableTracker):
-    """``torch.no_grad()`` & co. as a context manager: ``enter`` / ``exit`` switch grad mode."""
-
-    mode: bool
-    entered: bool = False  # set_grad_enabled(b) switches on the call, not on __enter__
-    previous: bool = True  # the mode before the call, when ``entered``
-
-    def enter(self, tx: InstructionTranslator) -> VariableTracker:
-        if self.entered:
-            return WithExitVariable(self.previous)
-        previous = torch.is_grad_enabled()
-        tx.enter_grad_mode(self.mode)
-        return WithExitVariable(previous)
-
-    def var_getattr(self, tx, name):
-        unimplemented(f"attribute .{name} of a grad-mode context manager")
-
-
-@dataclasses.dataclass(frozen=True, eq=False)
-class WithExitVariable(VariableTracker):
-    """The ``__exit__`` that BEFORE_WITH leaves on the stack: restores the previous mode."""
-
-    previous: bool
-
-    def call_function(self, tx, args, kwargs):
-        tx.enter_grad_mode(self.previous)
-        return ConstantVariable(None)
