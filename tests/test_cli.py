@@ -181,3 +181,11 @@ def test_progress_line_only_on_a_terminal(monkeypatch, capsys):
     assert fake.getvalue().endswith("\r")  # the line is erased when done
     monkeypatch.setenv("MINIPT2_PROGRESS", "0")
     assert not progress.enabled()
+
+
+def test_bench_passes_its_options_through(tmp_path):
+    out = tmp_path / "rows.json"
+    result = run_driver("bench", "--device", "cpu", "--size", "tiny", "--workloads", "trig",
+                        "--no-torch-compile", "--out", str(out))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "trig" in result.stdout and out.exists()

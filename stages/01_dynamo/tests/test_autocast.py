@@ -129,8 +129,9 @@ def test_autocast_state_is_guarded(backend, no_fallback):
     with torch.autocast("cpu", dtype=torch.bfloat16):
         same(opt(x, w), fn(x, w))  # the guard fails: a second graph, under autocast
     assert backend.calls == 2
-    assert "not torch.is_autocast_enabled('cpu')" in \
-        [str(g) for g in dynamo.cache_entries(opt)[0].guards]
+    # one guard; on a CUDA machine it also names 'cuda'
+    assert any("not torch.is_autocast_enabled('cpu')" in str(g)
+               for g in dynamo.cache_entries(opt)[0].guards)
 
 
 def test_requires_grad_survives_autocast(backend, no_fallback):

@@ -1,4 +1,5 @@
-"""Make ``aot_testing`` (models and the eager-vs-compiled checker) importable by the tests."""
+"""Make ``aot_testing`` (the eager-vs-compiled checker) and ``workload_models`` importable
+by the tests."""
 
 import os
 import sys

@@ -25,6 +25,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -32,7 +33,11 @@ from typing import Any
 from inductor.exc import CompileError
 
 CXX = os.environ.get("CXX", "g++")
-CXXFLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=c++17")
+# --8<-- [start:cxx-flags]
+# Never -ffast-math; -fno-math-errno is safe: see [Note: vector math] in codegen/cpp.py.
+CXXFLAGS = ("-O3", "-march=native", "-fopenmp", "-fno-math-errno", "-shared", "-fPIC",
+            "-std=c++17")
+VECTOR_MATH_FLAGS = ("-DMINIPT2_VECTOR_MATH", "-lmvec")
 
 
 def cache_dir() -> Path:
@@ -87,15 +92,57 @@ def cpu_flags() -> str:
     return sys.platform
 
 
+@functools.cache
+def vector_math_flags() -> tuple[str, ...]:
+    """``VECTOR_MATH_FLAGS`` if this compiler and libc can link libm's vector variants (an
+    executable, so a missing symbol fails now, not at load time), else ``()``: scalar libm.
+    ``MINIPT2_VECTOR_MATH=0`` forces the scalar path. See [Note: vector math]."""
+    if os.environ.get("MINIPT2_VECTOR_MATH", "1") == "0":
+        return ()
+    from inductor.codegen.cpp import PRELUDE
+
+    # the answer is cached on disk too: the probe costs a compile (~0.6 s) per process
+    answer = subdir("probe") / code_hash(PRELUDE, " ".join(CXXFLAGS), compiler_version(),
+                                         cpu_flags())
+    if not answer.exists():
+        write_atomic(answer, "yes" if _probe_vector_math() else "no")
+    return VECTOR_MATH_FLAGS if answer.read_text() == "yes" else ()
+
+
+def _probe_vector_math() -> bool:
+    """Can we build and link an executable that calls every vector variant we declare?"""
+    from inductor.codegen.cpp import LIBMVEC_BINARY, LIBMVEC_UNARY, PRELUDE
+
+    calls = [f"x[i] = std::{fn}(x[i]);" for fn in LIBMVEC_UNARY]
+    calls += [f"x[i] = std::{fn}(x[i], x[i]);" for fn in LIBMVEC_BINARY]
+    body = "\n".join(f"#pragma omp simd\nfor (int i = 0; i < 64; ++i) {c}" for c in calls)
+    source = f"{PRELUDE}\nfloat x[64];\ndouble y[64];\nint main() {{\n{body}\n" \
+             f"{body.replace('x[i]', 'y[i]')}\nreturn x[0] > 0 && y[0] > 0;\n}}\n"
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp) / "probe.cpp"
+        src.write_text(source)
+        flags = [f for f in CXXFLAGS if f not in ("-shared", "-fPIC")]
+        cmd = [CXX, *flags, "-DMINIPT2_VECTOR_MATH", str(src), "-o", str(Path(tmp) / "probe"),
+               "-lmvec"]
+        return subprocess.run(cmd, capture_output=True).returncode == 0
+
+
+def cxx_flags() -> tuple[str, ...]:
+    """Everything on the compiler's command line but the file names (part of the key)."""
+    return CXXFLAGS + vector_math_flags()
+# --8<-- [end:cxx-flags]
+
+
 class CppCodeCache:
     """C++ source -> compiled, loaded function. See [Note: code cache]."""
 
     loaded: dict[str, Any] = {}  # in-process: key -> ctypes.CDLL
     compiles = 0  # how many times the compiler actually ran (tests read this)
+    lock = threading.Lock()  # kernels are built from several threads at once
 
     @classmethod
     def load(cls, source: str, fn_name: str) -> Callable[..., Any]:
-        key = code_hash(source, " ".join(CXXFLAGS), compiler_version(), cpu_flags())
+        key = code_hash(source, " ".join(cxx_flags()), compiler_version(), cpu_flags())
         if key not in cls.loaded:
             directory = subdir("cpp", key)
             src, so = directory / "kernel.cpp", directory / "kernel.so"
@@ -128,9 +175,12 @@ class CppCodeCache:
     def _compile(cls, src: Path, so: Path) -> None:
         fd, tmp = tempfile.mkstemp(dir=so.parent, prefix=".kernel.", suffix=".so")
         os.close(fd)
-        cmd = [CXX, *CXXFLAGS, str(src), "-o", tmp]
+        flags = cxx_flags()
+        libs = [f for f in flags if f.startswith("-l")]  # after the source, for the linker
+        cmd = [CXX, *(f for f in flags if f not in libs), str(src), "-o", tmp, *libs]
         result = subprocess.run(cmd, capture_output=True, text=True)
-        cls.compiles += 1
+        with cls.lock:
+            cls.compiles += 1
         if result.returncode != 0:
             Path(tmp).unlink(missing_ok=True)
             raise CompileError(f"C++ compilation failed for {src}:\n{' '.join(cmd)}\n"

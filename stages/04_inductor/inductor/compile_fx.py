@@ -18,6 +18,9 @@ GraphLowering (prims -> loop IR) -> Scheduler (fusion groups) -> one printer per
 
 from __future__ import annotations
 
+import concurrent.futures
+import os
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -51,9 +54,12 @@ class CompiledGraph:
 
 
 def default_target(example_inputs: list[Any]) -> str:
-    tensors = [t for t in example_inputs if isinstance(t, torch.Tensor)]
-    on_cuda = bool(tensors) and all(t.device.type == "cuda" for t in tensors)
-    return "triton" if torch.cuda.is_available() and on_cuda else "cpp"
+    """Triton for CUDA inputs, C++ for CPU inputs, and the fallback for any other device
+    (Apple MPS, ...): no printer writes kernels for it, but the prims run there op by op."""
+    devices = {t.device.type for t in example_inputs if isinstance(t, torch.Tensor)}
+    if devices == {"cuda"} and torch.cuda.is_available():
+        return "triton"
+    return "cpp" if devices <= {"cpu"} else "fallback"
 
 
 def check_target(target: Any) -> str:
@@ -81,15 +87,16 @@ def compile_fx_inner(prims_gm: torch.fx.GraphModule, example_inputs: list[Any], 
     outputs = {o.name for o in graph.graph_outputs if isinstance(o, Buffer)}
     scheduler = Scheduler(graph.operations, outputs)
     artifacts["fusion"] = "\n".join(_describe_groups(scheduler) + [""] + scheduler.log)
-    namespace, kernels = {}, {}
-    generate = generate_triton_kernel if target == "triton" else generate_cpp_kernel
-    for step, group in enumerate(scheduler.groups):
-        if isinstance(group, FusedGroup):
-            kernel = generate(group, scheduler.removed, graph.buffer_by_name, len(kernels))
-            kernels[step] = kernel
-            namespace[kernel.name] = _load_kernel(kernel, target)
-            artifacts[f"kernels/{kernel.name}.{'py' if target == 'triton' else 'cpp'}"] = \
-                kernel.source
+    kernels = generate_kernels(scheduler, graph, target)
+    for kernel in kernels.values():
+        artifacts[f"kernels/{kernel.name}.{'py' if target == 'triton' else 'cpp'}"] = \
+            kernel.source
+    try:
+        namespace = load_kernels(list(kernels.values()), target)
+    except CompileError as e:  # [Note: compile errors fall back]
+        warnings.warn(f"inductor: {e}\nRunning this graph op by op (target 'fallback').",
+                      stacklevel=2)
+        return compile_fx_inner(prims_gm, example_inputs, target="fallback")
     wrapper = WrapperCodeGen(graph, scheduler.groups, scheduler.removed, kernels, target)
     source = wrapper.generate()
     artifacts["wrapper"] = source
@@ -99,6 +106,36 @@ def compile_fx_inner(prims_gm: torch.fx.GraphModule, example_inputs: list[Any], 
     result.prims_graph_module = prims_gm
     result.kernel_groups = kernel_groups(graph, scheduler)
     return result
+
+
+def generate_kernels(scheduler: Scheduler, graph: GraphLowering, target: str) -> dict:
+    """Scheduler step -> the printed kernel of each fused group."""
+    kernels: dict[int, Any] = {}
+    generate = generate_triton_kernel if target == "triton" else generate_cpp_kernel
+    for step, group in enumerate(scheduler.groups):
+        if isinstance(group, FusedGroup):
+            kernels[step] = generate(group, scheduler.removed, graph.buffer_by_name,
+                                     len(kernels))
+    return kernels
+
+
+# --8<-- [start:load-kernels]
+def load_kernels(kernels: list[Any], target: str) -> dict[str, Any]:
+    """Kernel name -> loaded kernel. C++ kernels are built in parallel: each build is a
+    compiler process, and the threads only wait for them.
+
+    [Note: compile errors fall back]
+    A kernel the C++ compiler rejects is a bug in a printer, but the user's program should
+    still run: ``compile_fx_inner`` warns with the compiler's message and the source path
+    (both in the ``CompileError``) and runs the graph op by op instead.
+    """
+    if target == "cpp" and len(kernels) > 1:
+        with concurrent.futures.ThreadPoolExecutor(os.cpu_count() or 1) as pool:
+            loaded = list(pool.map(lambda k: _load_kernel(k, target), kernels))
+    else:
+        loaded = [_load_kernel(k, target) for k in kernels]
+    return {k.name: fn for k, fn in zip(kernels, loaded)}
+# --8<-- [end:load-kernels]
 
 
 def kernel_groups(graph: GraphLowering, scheduler: Scheduler) -> dict[str, int]:

@@ -32,6 +32,7 @@ from inductor.ir import (
     IRNode,
     Pointwise,
     Reduction,
+    as_view,
     index_vars,
     sympify_all,
 )
@@ -80,6 +81,12 @@ class GraphLowering(torch.fx.Interpreter):
         self.operations.append(buffer)
         return buffer
 
+    def realize_or_view(self, value: Any) -> Any:
+        """A library call's argument: a strided view of an existing buffer if ``value`` is
+        one (no copy; [Note: views into library calls]), else realized."""
+        view = as_view(value, self.buffer_by_name) if isinstance(value, Pointwise) else None
+        return view if view is not None else self.realize(value)
+
     def run_node(self, n: torch.fx.Node) -> Any:
         self.current_node = n
         result = super().run_node(n)
@@ -112,13 +119,15 @@ class GraphLowering(torch.fx.Interpreter):
 
     def fallback(self, target: Any, args: Any, kwargs: Any) -> Any:
         """Run ``target`` as a library call on realized inputs: correct for any op."""
-        args = torch.utils._pytree.tree_map(self.realize, args)
-        kwargs = torch.utils._pytree.tree_map(self.realize, kwargs)
+        args = torch.utils._pytree.tree_map(self.realize_or_view, args)
+        kwargs = torch.utils._pytree.tree_map(self.realize_or_view, kwargs)
         val = self.current_node.meta.get("val") if self.current_node is not None else None
         if val is None:
             val = target(*to_meta(args), **to_meta(kwargs))
         many = isinstance(val, (list, tuple))
+        # An op may return None in a slot (convolution_backward without the bias gradient).
         outputs = [
+            None if v is None else
             ExternBuffer(self.new_name(), FixedLayout(v.device if v.device.type != "meta"
                                                       else self.device(), v.dtype,
                                                       sympify_all(v.shape),
@@ -126,7 +135,8 @@ class GraphLowering(torch.fx.Interpreter):
             for v in (val if many else [val])
         ]
         for out in outputs:
-            self.register(out)
+            if out is not None:
+                self.register(out)
         name = f"fallback_{self.fallback_count}"
         self.fallback_count += 1
         self.operations.append(FallbackKernel(name, target, list(args), dict(kwargs), outputs,

@@ -264,6 +264,63 @@ class ExternBuffer(Buffer):
 
 
 @dataclasses.dataclass
+class ReinterpretView(Buffer):
+    """A strided view of ``base``'s memory handed to a library call as it is, with no copy
+    (``name`` is the base's). See [Note: views into library calls]."""
+
+    base: Buffer = None  # type: ignore[assignment]
+    offset: Expr = sympy.Integer(0)
+
+
+class _LoadOnly:
+    """An ops handler under which a body that is exactly one load returns ``(name, index)``;
+    anything else (an op, a cast, a constant) returns None."""
+
+    def load(self, name: str, index: Expr) -> tuple[str, Expr]:
+        return (name, index)
+
+    def __getattr__(self, name: str) -> Any:
+        return lambda *args, **kwargs: None
+
+
+# --8<-- [start:as-view]
+def as_view(value: IRNode, buffers: dict[str, Buffer]) -> ReinterpretView | None:
+    """``value`` as a strided view of a buffer, if its body is one load at an index that is
+    linear in the loop indices with non-negative integer coefficients (a permute, an
+    expand, a contiguous reshape); else None.
+
+    [Note: views into library calls]
+    A library call needs a tensor, so an unrealized view (say the transposed weight of a
+    Linear, ``permute(w)``) would be copied into a buffer first: a whole kernel that only
+    moves memory. aten's kernels accept any strides (mm reads a transposed operand as is),
+    so we hand them ``base.as_strided(size, stride, offset)`` instead.
+    """
+    # BEGIN EXERCISE inductor-view-extern: recognise a view so a library call reads it as is
+    if not isinstance(value, Pointwise):
+        return None
+    symbols = index_vars(value.ranges, "v")
+    with V.set_ops_handler(_LoadOnly()):
+        loaded = value.inner_fn(symbols)
+    if not isinstance(loaded, tuple) or loaded[0] not in buffers:
+        return None
+    base, index = buffers[loaded[0]], sympy.expand(sympy.sympify(loaded[1]))
+    if base.get_dtype() != value.dtype:
+        return None
+    strides = [sympy.sympify(index.coeff(s)) if isinstance(s, sympy.Symbol)
+               else sympy.Integer(1) for s in symbols]
+    zero = {s: sympy.Integer(0) for s in symbols if isinstance(s, sympy.Symbol)}
+    offset = sympy.sympify(index.xreplace(zero))
+    linear = sympy.expand(offset + sum(st * s for st, s in zip(strides, symbols)))
+    if sympy.expand(linear - index) != 0 or not all(
+            st.is_Integer and st >= 0 for st in [*strides, offset]):
+        return None
+    layout = FixedLayout(value.device, value.dtype, list(value.ranges), strides)
+    return ReinterpretView(base.name, layout, base, offset)
+    # END EXERCISE inductor-view-extern
+# --8<-- [end:as-view]
+
+
+@dataclasses.dataclass
 class FallbackKernel:
     """A call of ``op`` on real tensors, for ops with no lowering (or extern ops like mm).
 
@@ -275,7 +332,7 @@ class FallbackKernel:
     op: Any
     args: list[Any]
     kwargs: dict[str, Any]
-    outputs: list[ExternBuffer]
+    outputs: list[ExternBuffer | None]
     multi_output: bool = False
 
     def input_names(self) -> list[str]:
@@ -287,6 +344,10 @@ class FallbackKernel:
                     names.append(item.name)
         return names
 
+    def buffers(self) -> list[ExternBuffer]:
+        """The outputs that exist (an op may return None in some slots)."""
+        return [o for o in self.outputs if o is not None]
+
     def describe(self) -> str:
-        outs = ", ".join(o.name for o in self.outputs)
+        outs = ", ".join("None" if o is None else o.name for o in self.outputs)
         return f"{outs} = FallbackKernel({self.op}, reads=[{', '.join(self.input_names())}])"

@@ -146,6 +146,20 @@ def _softmax(x: torch.Tensor, dim: int, half_to_float: bool) -> torch.Tensor:
     return to_dtype(prims.div(unnormalized, broadcast_to(total, x.shape)), result_dtype)
 
 
+@register_decomposition(aten._safe_softmax.default)
+def _safe_softmax(x: torch.Tensor, dim: int, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """Softmax, except that a row that is all -inf (a query allowed to attend to nothing)
+    gives zeros instead of nan. The math path of scaled_dot_product_attention uses it."""
+    out = _softmax(x if dtype is None else to_dtype(x, dtype), dim, False)
+    wide, dim, _ = _softmax_input(x, dim, False)
+    if dim is None:  # one element per row: the row is all -inf when that element is
+        masked = prims.eq(wide, scalar_like(wide, -math.inf))
+    else:  # the row's maximum is -inf exactly when every element is
+        row_max = restore_dims(prims.amax(wide, [dim]), x.shape, [dim])
+        masked = broadcast_to(prims.eq(row_max, scalar_like(row_max, -math.inf)), x.shape)
+    return prims.where(masked, scalar_like(out, 0), out)
+
+
 @register_decomposition(aten._log_softmax.default)
 def _log_softmax(x: torch.Tensor, dim: int, half_to_float: bool) -> torch.Tensor:
     """x - max - log(sum(exp(x - max))) along dim: the max keeps exp from overflowing."""

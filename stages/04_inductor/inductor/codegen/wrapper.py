@@ -19,7 +19,14 @@ import sympy
 import torch
 
 from inductor.codegen.triton import KernelSource
-from inductor.ir import Buffer, ComputedBuffer, ExternBuffer, FallbackKernel, InputBuffer
+from inductor.ir import (
+    Buffer,
+    ComputedBuffer,
+    ExternBuffer,
+    FallbackKernel,
+    InputBuffer,
+    ReinterpretView,
+)
 from inductor.scheduler import ExternNode, FusedGroup
 
 PRELUDE = '''import torch
@@ -30,6 +37,11 @@ empty_strided = torch.empty_strided
 def grid(xnumel):
     """Triton launch grid: one program per XBLOCK elements."""
     return lambda meta: ((xnumel + meta["XBLOCK"] - 1) // meta["XBLOCK"],)
+
+
+def reinterpret(t, size, stride, offset):
+    """A strided view of ``t``'s memory (offset counted from ``t``'s first element)."""
+    return t.as_strided(size, stride, t.storage_offset() + offset)
 
 
 def as_layout(t, size, stride):
@@ -57,6 +69,10 @@ def literal(value: Any, constants: dict[str, Any]) -> str:
         return repr(value) if math.isfinite(value) else f"float('{value}')"
     if isinstance(value, torch.dtype):
         return str(value)  # "torch.float32"
+    if isinstance(value, ReinterpretView):  # [Note: views into library calls]
+        layout = value.layout
+        return (f"reinterpret({value.name}, {_ints(layout.size)}, {_ints(layout.stride)}, "
+                f"{int(value.offset)})")
     if isinstance(value, Buffer):
         return value.name
     if isinstance(value, (list, tuple)):
@@ -121,10 +137,10 @@ class WrapperCodeGen:
         args = [literal(a, self.constants) for a in kernel.args]
         args += [f"{k}={literal(v, self.constants)}" for k, v in kernel.kwargs.items()
                  if k.isidentifier()]
-        outs = ", ".join(o.name for o in kernel.outputs)
+        outs = ", ".join("_" if o is None else o.name for o in kernel.outputs)
         outs = outs + "," if kernel.multi_output and len(kernel.outputs) == 1 else outs
         self.lines.append(f"    {outs} = {kernel.name}({', '.join(args)})  # {kernel.op}")
-        for out in kernel.outputs:
+        for out in kernel.buffers():
             size, stride = _ints(out.layout.size), _ints(out.layout.stride)
             self.lines.append(f"    {out.name} = as_layout({out.name}, {size}, {stride})")
 
@@ -163,12 +179,13 @@ class WrapperCodeGen:
             if isinstance(group, FusedGroup):
                 names = self.kernels[step].args
             else:
-                names = group.kernel.input_names() + [o.name for o in group.kernel.outputs]
+                names = group.kernel.input_names() + [o.name for o in group.kernel.buffers()]
             for name in names:
                 last[name] = step
         return last
 
 
+# --8<-- [start:fallback-wrapper]
 def fallback_wrapper_source(num_inputs: int) -> str:
     """The fallback target: run the prims graph op by op (prims have eager kernels)."""
     args = ", ".join(f"arg{i}" for i in range(num_inputs))
@@ -180,3 +197,4 @@ def fallback_wrapper_source(num_inputs: int) -> str:
         f"    out = prims_graph({args})",
         "    return tuple(out) if isinstance(out, (list, tuple)) else (out,)",
     ]) + "\n"
+# --8<-- [end:fallback-wrapper]
