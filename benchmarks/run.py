@@ -35,20 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import workloads  # noqa: E402
 
-
-def time_ms(fn: Callable[[], object], repeat: int = 10, device: str = "cuda") -> float:
-    """Warm median in milliseconds: device events on CUDA, wall clock on CPU."""
-    if device == "cuda" and torch.cuda.is_available():
-        import triton.testing
-
-        return float(triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median"))
-    fn()
-    samples: list[float] = []  # at least ``repeat`` runs and half a second: CPUs are noisy
-    while len(samples) < repeat or (sum(samples) < 500 and len(samples) < 200):
-        start = time.perf_counter()
-        fn()
-        samples.append((time.perf_counter() - start) * 1e3)
-    return statistics.median(samples)
+from driver.timing import time_ms  # noqa: E402
 
 
 def sync() -> None:
