@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from inductor.codegen.common import CSEVariable, Kernel, Loop, kernel_name
+from inductor.codegen.common import CSEVariable, Kernel, Loop, identity, kernel_name
 from inductor.codegen.triton import KernelSource
 from inductor.scheduler import FusedGroup
 
@@ -316,15 +316,6 @@ def unflatten(flat: str, sizes: list[int], symbols: list[Any]) -> list[str]:
         lines.append(f"    const int64_t {symbols[k]} = {expr};")
         step *= sizes[k]
     return list(reversed(lines))
-
-
-def identity(reduction_type: str, dtype: torch.dtype) -> Any:
-    if reduction_type in ("sum", "prod"):
-        return 0.0 if reduction_type == "sum" else 1.0
-    if dtype.is_floating_point:
-        return float("-inf") if reduction_type == "max" else float("inf")
-    info = torch.iinfo(dtype)
-    return info.min if reduction_type == "max" else info.max
 
 
 def accumulator_type(dtype: torch.dtype) -> str:

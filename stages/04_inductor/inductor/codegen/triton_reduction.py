@@ -30,7 +30,7 @@ from typing import Any
 import sympy
 import torch
 
-from inductor.codegen.common import CSEVariable, Loop, kernel_name
+from inductor.codegen.common import CSEVariable, Loop, identity, kernel_name
 from inductor.codegen.triton import (
     TRITON_TYPES,
     KernelSource,
@@ -77,16 +77,6 @@ def max_int(a, b):
 def min_int(a, b):
     return tl.minimum(a, b)
 '''
-
-
-def identity(reduction_type: str, dtype: torch.dtype) -> Any:
-    """The value that leaves a reduction unchanged (what masked-off lanes contribute)."""
-    if reduction_type in ("sum", "prod"):
-        return 0 if reduction_type == "sum" else 1
-    if dtype.is_floating_point:
-        return float("-inf") if reduction_type == "max" else float("inf")
-    info = torch.iinfo(dtype)
-    return info.min if reduction_type == "max" else info.max
 
 
 def accumulator_type(dtype: torch.dtype) -> str:
