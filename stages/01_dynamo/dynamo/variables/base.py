@@ -155,3 +155,23 @@ def _same(a: Any, b: Any) -> bool:
     if isinstance(a, dict) and isinstance(b, dict):
         return a.keys() == b.keys() and all(a[k] is b[k] for k in a)
     return a is b
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class KnownValueVariable(VariableTracker):
+    """A value known at trace time (a number, a string, a class): it is its own graph
+    argument and its own example, and can steer Python control flow."""
+
+    value: Any
+
+    def is_python_constant(self) -> bool:
+        return True
+
+    def as_python_constant(self) -> Any:
+        return self.value
+
+    def as_proxy(self) -> Any:
+        return self.value
+
+    def as_example(self) -> Any:
+        return self.value

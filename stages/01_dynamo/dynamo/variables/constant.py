@@ -28,7 +28,7 @@ import torch
 
 from ..exc import UserErrorInTrace, unimplemented
 from ..guards import Guard
-from .base import VariableTracker
+from .base import KnownValueVariable, VariableTracker
 
 if TYPE_CHECKING:
     from ..codegen import Residual
@@ -69,23 +69,11 @@ def fold(fn: Any, *args: Any, **kwargs: Any) -> VariableTracker:
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class ConstantVariable(VariableTracker):
+class ConstantVariable(KnownValueVariable):
     value: Any
 
     def python_type(self) -> type:
         return type(self.value)
-
-    def is_python_constant(self) -> bool:
-        return True
-
-    def as_python_constant(self) -> Any:
-        return self.value
-
-    def as_proxy(self) -> Any:
-        return self.value
-
-    def as_example(self) -> Any:
-        return self.value
 
     def var_getattr(self, tx: InstructionTranslator, name: str) -> VariableTracker:
         from .misc import MethodVariable

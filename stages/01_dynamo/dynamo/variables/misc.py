@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ..exc import UserErrorInTrace, unimplemented
-from .base import VariableTracker
+from .base import KnownValueVariable, VariableTracker
 
 if TYPE_CHECKING:
     from ..symbolic_convert import InstructionTranslator
@@ -76,22 +76,10 @@ _FOLDABLE_CLASSES = (torch.Size, torch.device)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class TypeVariable(VariableTracker):
+class TypeVariable(KnownValueVariable):
     """A class used as a value: ``isinstance(x, torch.Tensor)``, ``torch.Size(...)``."""
 
     value: type
-
-    def is_python_constant(self) -> bool:
-        return True
-
-    def as_python_constant(self) -> Any:
-        return self.value
-
-    def as_proxy(self) -> Any:
-        return self.value
-
-    def as_example(self) -> Any:
-        return self.value
 
     def call_function(
         self, tx: InstructionTranslator, args: list[VariableTracker],
