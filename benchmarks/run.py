@@ -1,7 +1,8 @@
 """The benchmark suite behind ``python -m driver bench`` (see /work/shared/BENCHMARKS.md).
 
-    python benchmarks/run.py --suite micro [--dtypes float32,bfloat16] [--size full|cpu|tiny]
-                             [--target triton|cpp] [--no-torch-compile] [--out FILE.json]
+    python benchmarks/run.py --suite micro|models|all [--dtypes float32,bfloat16]
+                             [--size full|cpu|tiny] [--target triton|cpp]
+                             [--no-torch-compile] [--out FILE.json]
 
 For every workload and dtype, in one process: eager PyTorch, minipt2 (``driver.compile``,
 or with ``--frontend fx`` ``torch.fx.symbolic_trace`` + ``inductor.compile_fx``, which
@@ -11,17 +12,18 @@ interleaved rounds, so a shared machine's load hits all three alike), both speed
 first-call (compile) seconds, max relative error vs eager, minipt2's kernel count, and the
 achieved bandwidth (bytes a perfect kernel moves / time) against the device's measured copy
 bandwidth. Rows go to a JSON file and a table; the geomean speedups come last.
+
+``--suite models`` runs the model workloads instead (``models.py``, measured by
+``bench_models.py``: a training step or a no-grad forward per row, with graph counts and no
+bandwidth); ``--suite all`` runs both, one table each, then the geomeans over every row.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
-import statistics
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -33,14 +35,15 @@ for _path in [ROOT, *sorted((ROOT / "stages").glob("0*_*"))]:
         sys.path.insert(0, str(_path))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import bench_models  # noqa: E402
+import models  # noqa: E402
 import workloads  # noqa: E402
+from common import first_call, geomean, rel_error, sync, time_interleaved  # noqa: E402, F401
 
 from driver.timing import time_ms  # noqa: E402
 
-
-def sync() -> None:
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
+SUITES = {**workloads.SUITES, "models": models.NAMES,
+          "all": workloads.SUITES["micro"] + models.NAMES}
 
 
 def copy_bandwidth(device: str) -> float:
@@ -50,20 +53,6 @@ def copy_bandwidth(device: str) -> float:
     dst = torch.empty_like(src)
     ms = time_ms(lambda: dst.copy_(src), device=device)
     return 2 * src.numel() * src.element_size() / (ms * 1e-3) / 1e9
-
-
-def first_call(fn: Callable, args: tuple) -> tuple[object, float]:
-    sync()
-    start = time.perf_counter()
-    out = fn(*args)
-    sync()
-    return out, time.perf_counter() - start
-
-
-def rel_error(got: object, want: torch.Tensor) -> float:
-    got = got[0] if isinstance(got, (tuple, list)) else got
-    diff = (got.double() - want.double()).abs().max().item()
-    return diff / max(want.double().abs().max().item(), 1e-30)
 
 
 def minipt2_compile(fn: Callable, args: tuple, target: str, frontend: str):
@@ -86,22 +75,6 @@ def minipt2_compile(fn: Callable, args: tuple, target: str, frontend: str):
     compiled = driver.compile(fn, options={"target": target})
     return compiled, lambda: sum(sum(1 for k in g.artifacts if k.startswith("kernels/"))
                                  for g in compiled.graphs)
-
-
-def time_interleaved(fns: dict[str, Callable[[], object]], repeat: int = 10) -> dict:
-    """CPU: warm median ms of each function, timed in rounds (one run of each per round) for
-    at least ``repeat`` rounds and a second, so load from other processes on a shared
-    machine hits all of them alike rather than whichever ran at a bad moment."""
-    samples: dict[str, list[float]] = {who: [] for who in fns}
-    for fn in fns.values():
-        fn()
-    while min(map(len, samples.values())) < repeat or (
-            sum(map(sum, samples.values())) < 1000 and len(samples["eager"]) < 300):
-        for who, fn in fns.items():
-            start = time.perf_counter()
-            fn()
-            samples[who].append((time.perf_counter() - start) * 1e3)
-    return {who: statistics.median(s) for who, s in samples.items()}
 
 
 def bench_one(w: workloads.Workload, args: argparse.Namespace, copy_gbs: float) -> dict:
@@ -132,10 +105,6 @@ def bench_one(w: workloads.Workload, args: argparse.Namespace, copy_gbs: float) 
     return row
 
 
-def geomean(values: list[float]) -> float:
-    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
-
-
 def table(rows: list[dict], copy_gbs: float) -> str:
     head = (f"{'workload':10} {'dtype':8} {'eager ms':>9} {'mpt2 ms':>9} {'tc ms':>9} "
             f"{'mpt2 x':>7} {'tc x':>7} {'mpt2 %bw':>8} {'tc %bw':>7} {'mpt2 s':>7} "
@@ -162,7 +131,7 @@ def table(rows: list[dict], copy_gbs: float) -> str:
 def parse(argv: list[str] | None) -> argparse.Namespace:
     cuda = torch.cuda.is_available()
     p = argparse.ArgumentParser(prog="bench", description=__doc__.splitlines()[0])
-    p.add_argument("--suite", default="micro", choices=sorted(workloads.SUITES))
+    p.add_argument("--suite", default="micro", choices=sorted(SUITES))
     p.add_argument("--workloads", default=None, help="comma-separated subset")
     p.add_argument("--dtypes", default="float32,bfloat16" if cuda else "float32")
     p.add_argument("--size", default="full" if cuda else "cpu", choices=["full", "cpu", "tiny"])
@@ -176,28 +145,49 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+def run_rows(args: argparse.Namespace, names: list[str], copy_gbs: float | None) -> list[dict]:
+    rows = []
+    for dtype in args.dtypes.split(","):
+        for name in names:
+            if name in models.NAMES:
+                m = models.build(name, args.device, getattr(torch, dtype), args.size)
+                rows.append(bench_models.bench_model(m, args))
+            else:
+                w = workloads.build(name, args.device, getattr(torch, dtype), args.size)
+                rows.append(bench_one(w, args, copy_gbs))
+            print(json.dumps(rows[-1]), flush=True)
+    return rows
+
+
+def report(rows: list[dict], copy_gbs: float | None) -> str:
+    """The micro table, the model table (rows with a "kind"), and for both, overall geomeans."""
+    micro = [r for r in rows if "kind" not in r]
+    model_rows = [r for r in rows if "kind" in r]
+    parts = [table(micro, copy_gbs)] if micro else []
+    if model_rows:
+        parts.append(bench_models.table(model_rows))
+    if micro and model_rows:
+        parts += bench_models.geomean_lines(rows, " (all)")
+    return "\n".join(parts)
+
+
 def main(argv: list[str] | None = None) -> list[dict]:
     args = parse(argv)
     device = args.device
     args.target = args.target or ("triton" if device == "cuda" else "cpp")
-    names = args.workloads.split(",") if args.workloads else workloads.SUITES[args.suite]
-    copy_gbs = copy_bandwidth(device)
-    rows = []
-    for dtype in args.dtypes.split(","):
-        for name in names:
-            w = workloads.build(name, device, getattr(torch, dtype), args.size)
-            rows.append(bench_one(w, args, copy_gbs))
-            print(json.dumps(rows[-1]), flush=True)
+    names = args.workloads.split(",") if args.workloads else SUITES[args.suite]
+    micro = any(name not in models.NAMES for name in names)
+    copy_gbs = copy_bandwidth(device) if micro else None
+    rows = run_rows(args, names, copy_gbs)
     out = Path(args.out or ROOT / "benchmarks" / "results" / f"{args.suite}-{device}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     meta = {"device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
-            "target": args.target,
+            "target": args.target, "size": args.size,
             "torch": torch.__version__, "copy_gbs": copy_gbs, "argv": sys.argv,
             "cpus": os.cpu_count()}
     out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
-    print(table(rows, copy_gbs))
+    print(report(rows, copy_gbs))
     return rows
-
 
 if __name__ == "__main__":
     main(sys.argv[1:])

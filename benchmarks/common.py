@@ -1,0 +1,51 @@
+"""Measuring helpers shared by the micro suite (``run.py``) and the model suite
+(``bench_models.py``): device sync, the timed first (compiling) call, max relative error vs
+eager, interleaved CPU timing and the geomean."""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from collections.abc import Callable
+
+import torch
+
+
+def sync() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def first_call(fn: Callable, args: tuple) -> tuple[object, float]:
+    sync()
+    start = time.perf_counter()
+    out = fn(*args)
+    sync()
+    return out, time.perf_counter() - start
+
+
+def rel_error(got: object, want: torch.Tensor) -> float:
+    got = got[0] if isinstance(got, (tuple, list)) else got
+    diff = (got.double() - want.double()).abs().max().item()
+    return diff / max(want.double().abs().max().item(), 1e-30)
+
+
+def time_interleaved(fns: dict[str, Callable[[], object]], repeat: int = 10) -> dict:
+    """CPU: warm median ms of each function, timed in rounds (one run of each per round) for
+    at least ``repeat`` rounds and a second, so load from other processes on a shared
+    machine hits all of them alike rather than whichever ran at a bad moment."""
+    samples: dict[str, list[float]] = {who: [] for who in fns}
+    for fn in fns.values():
+        fn()
+    while min(map(len, samples.values())) < repeat or (
+            sum(map(sum, samples.values())) < 1000 and len(samples["eager"]) < 300):
+        for who, fn in fns.items():
+            start = time.perf_counter()
+            fn()
+            samples[who].append((time.perf_counter() - start) * 1e3)
+    return {who: statistics.median(s) for who, s in samples.items()}
+
+
+def geomean(values: list[float]) -> float:
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")

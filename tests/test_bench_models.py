@@ -1,0 +1,38 @@
+"""``python -m driver bench --suite models`` on CPU at ``--size tiny``: every model workload
+runs, lands in the JSON, and minipt2 matches eager (correctness only: never speed)."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import models  # noqa: E402
+
+TOLERANCE = {"float32": 1e-3}  # max relative error vs eager of the first step's loss/logits
+
+
+def run_driver(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "driver", *args], capture_output=True,
+                          text=True, cwd=cwd, timeout=600)
+
+
+def test_model_suite_runs_tiny_on_cpu(tmp_path):
+    out = tmp_path / "models.json"
+    result = run_driver("bench", "--suite", "models", "--device", "cpu", "--size", "tiny",
+                        "--dtypes", "float32", "--no-torch-compile", "--out", str(out),
+                        cwd=ROOT)
+    assert result.returncode == 0, result.stdout + result.stderr
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["workload"] for r in rows] == models.NAMES
+    for r in rows:
+        assert r["minipt2_error"] <= TOLERANCE[r["dtype"]], r
+        assert r["minipt2_graphs"] >= 1 and r["minipt2_kernels"] >= 1, r
+        assert r["eager_ms"] > 0 and r["minipt2_ms"] > 0, r
+    by_name = {r["workload"]: r for r in rows}
+    assert by_name["graph_breaks"]["minipt2_graphs"] >= 2  # the print and .item() split it
+    decode = by_name["decode_dynamic"]
+    assert decode["lengths"] == len(models.DECODE_LENGTHS["tiny"])
+    assert "decode_dynamic" in result.stdout and "geomean float32" in result.stdout
