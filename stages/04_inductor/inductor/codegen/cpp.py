@@ -22,9 +22,9 @@ from typing import Any
 
 import torch
 
-from inductor.codegen.common import CSEVariable, Kernel, Loop, identity, kernel_name
+from inductor.codegen.common import CSEVariable, Kernel, Loop, identity, kernel_name, plan_loops
 from inductor.codegen.triton import KernelSource
-from inductor.scheduler import FusedGroup
+from inductor.scheduler import FusedGroup, SchedulerNode
 
 PARALLEL_THRESHOLD = 32768  # elements; below this OpenMP's fork/join costs more than it saves
 
@@ -264,6 +264,32 @@ class CppKernel(Kernel):
                 f"for (int64_t xo = 0; xo < {self.numel}; ++xo) {{",
                 *unflatten("xo", sizes, symbols), *body, "}"]
 
+    # ---- values kept for later loops over r: see [Note: row scratch] -------------------
+    def generate_looped_body(self) -> None:
+        self.keep = kept_nodes(self.group.nodes, self.placements, self.rnumel)
+        self.kept: dict[tuple[str, str], tuple[str, torch.dtype]] = {}
+        super().generate_looped_body()
+        arrays = dict.fromkeys(self.kept.values())
+        self.lines[:0] = [f"alignas(64) {compute_type(dtype)} {arr}[{self.rnumel}];"
+                          for arr, dtype in arrays]
+
+    def rvar(self) -> str:
+        return str(self.rplan.symbols[0]) if len(self.rplan.sizes) == 1 else "ro"
+
+    def load(self, name: str, index: Any) -> CSEVariable:
+        key = (name, self.index(index))
+        if self.loop is not None and key in self.kept and self.lookup("stored", key) is None:
+            arr, dtype = self.kept[key]
+            return self.new_var(f"{arr}[{self.rvar()}]", dtype)
+        return super().load(name, index)
+
+    def store(self, name: str, index: Any, value: CSEVariable) -> None:
+        super().store(name, index, value)
+        key = (name, self.index(index))
+        if self.loop is not None and name in self.keep and key not in self.kept:
+            self.kept[key] = (f"row_{name}_{len(self.kept)}", value.dtype)
+            self.lines.append(f"{self.kept[key][0]}[{self.rvar()}] = {value};")
+
     # ---- reductions: accumulate in registers inside a loop over r ----------------------
     # --8<-- [start:cpp-accumulate]
     def accumulate(self, loop: Loop, result: CSEVariable, value: CSEVariable,
@@ -297,12 +323,93 @@ class CppKernel(Kernel):
 
     def loop_lines(self, loop: Loop) -> list[str]:
         sizes, symbols = self.rplan.sizes, self.rplan.symbols
-        clauses = " ".join(f"reduction({op}:{acc})" for op, acc in loop.accumulators)
         var = str(symbols[0]) if len(sizes) == 1 else "ro"
-        header = f"for (int64_t {var} = 0; {var} < {self.rnumel}; ++{var}) {{"
         inner = [] if len(sizes) == 1 else unflatten("ro", sizes, symbols)
-        return [*loop.prefix, f"#pragma omp simd {clauses}".rstrip(), header, *inner,
-                *("    " + line for line in loop.body), "}", *loop.suffix]
+        body = [*inner, *("    " + line for line in loop.body)]
+        split = 0
+        if loop.accumulators and all(op in COMBINE for op, _ in loop.accumulators):
+            split = self.rnumel // LANES * LANES if self.rnumel >= 2 * LANES else 0
+        lines = [*loop.prefix, *(split_accumulator_loop(loop, var, body, split) if split else [])]
+        if split < self.rnumel:  # the whole loop, or the tail the split loop leaves
+            clauses = " ".join(f"reduction({op}:{acc})" for op, acc in loop.accumulators)
+            lines += [f"#pragma omp simd {clauses}".rstrip(),
+                      f"for (int64_t {var} = {split}; {var} < {self.rnumel}; ++{var}) {{",
+                      *body, "}"]
+        return [*lines, *loop.suffix]
+
+
+# [Note: split accumulators]
+# ``#pragma omp simd reduction(+:acc)`` gives gcc one vector accumulator, so every iteration
+# waits for the previous add (3-4 cycles of latency for 8 floats): a row that sits in L1
+# reduces at a fraction of the core's add throughput, and layer norm's two reduction loops
+# were slower than eager's. Without -ffast-math gcc may not reassociate into more
+# accumulators itself, so the printer does it: each accumulator gets LANES partial copies
+# (``acc_lanes[l]``, reached through a reference named like the accumulator so the body's text
+# is unchanged); the loop runs over blocks of LANES, lane l takes elements l, l + LANES, ...,
+# and the copies are combined after the loop (itself an ``omp simd`` reduction: a scalar
+# chain of 32 dependent adds cost more per row than it saved). That is 4 independent AVX2
+# vectors per accumulator. Only the order of a sum changes (as omp simd's already did); max,
+# min and the NaN flags give the same result in any order.
+LANES = 32
+COMBINE = {"+": "{acc} + {lane}", "*": "{acc} * {lane}", "|": "{acc} | {lane}",
+           "max": "{lane} > {acc} ? {lane} : {acc}", "min": "{lane} < {acc} ? {lane} : {acc}"}
+
+
+def split_accumulator_loop(loop: Loop, var: str, body: list[str], split: int) -> list[str]:
+    """Elements ``[0, split)`` of a reduction loop with LANES copies of each accumulator;
+    see [Note: split accumulators]."""
+    lanes = [(op, acc, f"{acc}_lanes") for op, acc in loop.accumulators]
+    combine = [f"        {acc} = {COMBINE[op].format(acc=acc, lane=f'{arr}[rl]')};"
+               for op, acc, arr in lanes]
+    clauses = " ".join(f"reduction({op}:{acc})" for op, acc in loop.accumulators)
+    return [
+        "{", *(f"    decltype({acc}) {arr}[{LANES}];" for _, acc, arr in lanes),
+        f"    for (int64_t rl = 0; rl < {LANES}; ++rl) {{",
+        *(f"        {arr}[rl] = {acc};" for _, acc, arr in lanes), "    }",
+        f"    for (int64_t rb = 0; rb < {split}; rb += {LANES}) {{", "        #pragma omp simd",
+        f"        for (int64_t rl = 0; rl < {LANES}; ++rl) {{",
+        f"            const int64_t {var} = rb + rl;",
+        *(f"            auto& {acc} = {arr}[rl];" for _, acc, arr in lanes),
+        *("        " + line for line in body), "        }", "    }",
+        f"    #pragma omp simd {clauses}", f"    for (int64_t rl = 0; rl < {LANES}; ++rl) {{",
+        *combine, "    }", "}",
+    ]
+
+
+# [Note: row scratch]
+# A looped reduction kernel recomputes, in a later loop over r, the values an earlier loop
+# computed (the scheduler keeps no per-element buffer inside a kernel). That is free for
+# ``x * 0.125`` but not for softmax's ``exp``: its last loop, ``exp(x - max) / sum``,
+# would evaluate exp a second time per element, which made softmax slower than eager (eager
+# stores the exps in its sum pass and rescales them). So a value that costs a libm call and
+# is read by a later loop is also written, in its own loop, to a per-row scratch array on the
+# thread's stack (``row_<buf>_<k>[r]``, at most ROW_SCRATCH elements, so it stays in L1/L2);
+# the later loop reads it back at the same r instead of recomputing. The same index text
+# at the same r is the same element, so the value read is the one the recomputation gives.
+ROW_SCRATCH = 8192  # elements: at most 64 KiB a row, well inside a thread's stack
+EXPENSIVE = {*LIBMVEC_UNARY, *LIBMVEC_BINARY, "erfinv", "lgamma"}
+
+
+def kept_nodes(nodes: list[SchedulerNode], placements: dict[str, Any], rnumel: int) -> set:
+    """Names of pointwise nodes in a loop over r that a later loop reads and whose
+    recomputation costs a libm call; see [Note: row scratch]."""
+    if rnumel > ROW_SCRATCH:
+        return set()
+    block_of = {n.name: k for k, block in enumerate(plan_loops(nodes, placements))
+                if isinstance(block, list) for n in block}
+    by_name = {n.name: n for n in nodes}
+
+    def costly(name: str, seen: set) -> bool:  # the node or what it recomputes calls libm
+        node = by_name[name]
+        seen.add(name)
+        return bool(EXPENSIVE & set(node.op_names)) or any(
+            costly(r, seen) for r, _ in node.reads
+            if r in by_name and r not in seen and block_of.get(r) == block_of[name]
+            and not by_name[r].is_reduction())
+
+    return {r for n in nodes if n.name in block_of for r, _ in n.reads
+            if block_of.get(r, block_of[n.name]) < block_of[n.name]
+            and not by_name[r].is_reduction() and costly(r, set())}
 
 
 def unflatten(flat: str, sizes: list[int], symbols: list[Any]) -> list[str]:

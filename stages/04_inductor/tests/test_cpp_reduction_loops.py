@@ -1,0 +1,79 @@
+"""The C++ printer's loops over r: split accumulators ([Note: split accumulators]) and the
+per-row scratch that keeps softmax's exps for its last loop ([Note: row scratch]). Row
+lengths around the split width (LANES) run the split loop, its tail, or only the plain loop;
+NaN and infinity rows must come out as in eager."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from inductor.codegen.cpp import LANES
+from test_cpp_backend import compile_and_run
+from test_reductions import layernorm_eager, layernorm_graph, softmax_graph
+
+LENGTHS = [1, LANES - 1, 2 * LANES - 1, 2 * LANES, 2 * LANES + 1, 5 * LANES + 7, 1000]
+
+
+def special_rows(n: int) -> torch.Tensor:
+    """Random rows, then rows holding a NaN, +inf, -inf, all -inf, and huge values."""
+    x = torch.randn(8, n) * 4
+    x[1, n // 2] = float("nan")
+    x[2, n - 1] = float("inf")
+    x[3, 0] = -float("inf")
+    x[4, :] = -float("inf")
+    x[5, :] = 1e30
+    x[6, n // 3] = 1e30
+    return x
+
+
+def kernel_source(compiled) -> str:
+    (source,) = [v for k, v in compiled.artifacts.items() if k.startswith("kernels/")]
+    return source
+
+
+@pytest.mark.parametrize("n", LENGTHS)
+def test_softmax_rows_like_eager(n):
+    x = special_rows(n)
+    compiled, (out,) = compile_and_run(softmax_graph, [x])
+    assert compiled.kernel_count == 1
+    torch.testing.assert_close(out, torch.softmax(x, 1), equal_nan=True)
+
+
+@pytest.mark.parametrize("n", LENGTHS)
+def test_layernorm_rows_like_eager(n):
+    x = special_rows(n)
+    x[5, :] = 3.0  # constant row: variance 0
+    x[6, n // 3] = 1e4  # (eager's layer norm gives NaN for a row holding 1e30)
+    compiled, (out, mean) = compile_and_run(layernorm_graph, [x])
+    assert compiled.kernel_count == 1
+    want, want_mean = layernorm_eager(x)
+    torch.testing.assert_close(out, want, rtol=1e-4, atol=1e-4, equal_nan=True)
+    torch.testing.assert_close(mean, want_mean, equal_nan=True)
+
+
+@pytest.mark.parametrize("name", ["amax", "amin", "sum", "prod"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int32])
+def test_split_reductions_like_eager(name, dtype):
+    x = (torch.randn(6, 3 * LANES + 5) * 3).to(dtype)
+    if name == "prod":
+        x = x.clamp(-2, 2) if dtype.is_floating_point else x.clamp(-1, 1)
+    if dtype.is_floating_point:
+        x[1, 40], x[2, 3 * LANES + 4], x[3, 0] = float("nan"), float("inf"), -float("inf")
+    compiled, (out,) = compile_and_run(lambda p, a: getattr(p, name)(a, [1]), [x])
+    assert "_lanes" in kernel_source(compiled)
+    want = getattr(torch, name)(x, 1)
+    torch.testing.assert_close(out, want.to(out.dtype), equal_nan=True)
+
+
+def test_softmax_computes_exp_once_per_element():
+    """The last loop reads the exps the sum loop kept, not a second ``std::exp``."""
+    compiled, _ = compile_and_run(softmax_graph, [torch.randn(4, 4 * LANES)])
+    source = kernel_source(compiled).split('extern "C" void')[-1]  # the kernel, no prelude
+    assert source.count("std::exp(") == 1
+    assert "row_" in source
+
+
+def test_layernorm_keeps_no_scratch():
+    """Recomputing ``x - mean`` is cheaper than a scratch row: nothing is kept."""
+    compiled, _ = compile_and_run(layernorm_graph, [torch.randn(4, 4 * LANES)])
+    assert "row_" not in kernel_source(compiled)
