@@ -124,18 +124,11 @@ class IRNode:
         raise NotImplementedError
 
 
-# --8<-- [start:pointwise-ir]
-@dataclasses.dataclass
-class Pointwise(IRNode):
-    """An elementwise loop body over ``ranges``, not yet in memory (see [Note: realize]).
-
-    ``inner_fn(index)`` takes one sympy index per dim of ``ranges`` and returns the value of
-    that element by calling ``ops.*``; what those calls produce depends on the ops handler.
-    """
+class Loops(IRNode):
+    """What Pointwise and Reduction share: a loop body over ``ranges`` of one dtype."""
 
     device: torch.device
     dtype: torch.dtype
-    inner_fn: Loader
     ranges: list[Expr]
 
     def get_size(self) -> list[Expr]:
@@ -146,6 +139,21 @@ class Pointwise(IRNode):
 
     def get_device(self) -> torch.device:
         return self.device
+
+
+# --8<-- [start:pointwise-ir]
+@dataclasses.dataclass
+class Pointwise(Loops):
+    """An elementwise loop body over ``ranges``, not yet in memory (see [Note: realize]).
+
+    ``inner_fn(index)`` takes one sympy index per dim of ``ranges`` and returns the value of
+    that element by calling ``ops.*``; what those calls produce depends on the ops handler.
+    """
+
+    device: torch.device
+    dtype: torch.dtype
+    inner_fn: Loader
+    ranges: list[Expr]
 
     def make_loader(self) -> Loader:
         return self.inner_fn
@@ -185,7 +193,7 @@ REDUCTION_TYPES = ("sum", "prod", "max", "min")
 
 
 @dataclasses.dataclass
-class Reduction(IRNode):
+class Reduction(Loops):
     """A reduction over ``reduction_ranges`` for every output element of ``ranges``.
 
     ``inner_fn(index, rindex)`` is the value of the element being reduced: ``index`` runs over
@@ -200,15 +208,6 @@ class Reduction(IRNode):
     ranges: list[Expr]
     reduction_ranges: list[Expr]
     reduction_type: str  # one of REDUCTION_TYPES
-
-    def get_size(self) -> list[Expr]:
-        return self.ranges
-
-    def get_dtype(self) -> torch.dtype:
-        return self.dtype
-
-    def get_device(self) -> torch.device:
-        return self.device
 
     def store_output(self, name: str, layout: Layout, index: Sequence[Expr],
                      rindex: Sequence[Expr]) -> None:
