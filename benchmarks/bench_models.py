@@ -59,13 +59,14 @@ def fresh_model(w: models.ModelWorkload) -> torch.nn.Module:
     return module.train() if w.kind == "train" else module.eval()
 
 
-def minipt2_step(w: models.ModelWorkload, target: str) -> tuple[Callable, Callable]:
+def minipt2_step(w: models.ModelWorkload, target: str,
+                 mode: str = "default") -> tuple[Callable, Callable]:
     """(step, () -> (kernel count, graph count)) of minipt2's compiled model."""
     import driver
 
     driver.reset()
     module = fresh_model(w)
-    compiled = driver.compile(module, options={"target": target})
+    compiled = driver.compile(module, mode=mode, options={"target": target})
 
     def counts() -> tuple[int, int]:
         graphs = compiled.graphs
@@ -74,10 +75,10 @@ def minipt2_step(w: models.ModelWorkload, target: str) -> tuple[Callable, Callab
     return make_step(compiled, w, module.parameters()), counts
 
 
-def peer_step(w: models.ModelWorkload) -> Callable:
+def peer_step(w: models.ModelWorkload, mode: str = "default") -> Callable:
     torch.compiler.reset()
     module = fresh_model(w)
-    return make_step(torch.compile(module), w, module.parameters())
+    return make_step(torch.compile(module, mode=mode), w, module.parameters())
 
 
 def bench_model(w: models.ModelWorkload, args: argparse.Namespace) -> dict:
@@ -88,14 +89,14 @@ def bench_model(w: models.ModelWorkload, args: argparse.Namespace) -> dict:
     row = {"workload": w.name, "dtype": str(dtype).replace("torch.", ""), "kind": w.kind,
            "shape": w.shape}
     fns = {"eager": eager}
-    step, counts = minipt2_step(w, args.target)
+    step, counts = minipt2_step(w, args.target, args.mode)
     out, row["minipt2_compile_s"] = first_call(step, ())
     row["minipt2_error"] = rel_error(out, want)
     fns["minipt2"] = step
     if w.kind == "decode":
         row["lengths"] = len(w.lengths)
     if not args.no_torch_compile:
-        peer = peer_step(w)
+        peer = peer_step(w, args.mode)
         out, row["torch_compile_s"] = first_call(peer, ())
         row["torch_compile_error"] = rel_error(out, want)
         fns["torch_compile"] = peer

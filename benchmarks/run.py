@@ -2,7 +2,8 @@
 
     python benchmarks/run.py --suite micro|models|all [--dtypes float32,bfloat16]
                              [--size full|cpu|tiny] [--target triton|cpp]
-                             [--no-torch-compile] [--out FILE.json]
+                             [--mode default|max-autotune] [--no-torch-compile]
+                             [--out FILE.json]
 
 For every workload and dtype, in one process: eager PyTorch, minipt2 (``driver.compile``,
 or with ``--frontend fx`` ``torch.fx.symbolic_trace`` + ``inductor.compile_fx``, which
@@ -16,6 +17,8 @@ bandwidth. Rows go to a JSON file and a table; the geomean speedups come last.
 ``--suite models`` runs the model workloads instead (``models.py``, measured by
 ``bench_models.py``: a training step or a no-grad forward per row, with graph counts and no
 bandwidth); ``--suite all`` runs both, one table each, then the geomeans over every row.
+``--mode max-autotune`` is passed to ``driver.compile`` and ``torch.compile`` alike (the
+first call then includes the tuning; on CPU it changes nothing for minipt2).
 """
 
 from __future__ import annotations
@@ -55,7 +58,8 @@ def copy_bandwidth(device: str) -> float:
     return 2 * src.numel() * src.element_size() / (ms * 1e-3) / 1e9
 
 
-def minipt2_compile(fn: Callable, args: tuple, target: str, frontend: str):
+def minipt2_compile(fn: Callable, args: tuple, target: str, frontend: str,
+                    mode: str = "default"):
     """(compiled callable, kernel count getter)."""
     if frontend == "fx":
         import inductor
@@ -65,14 +69,15 @@ def minipt2_compile(fn: Callable, args: tuple, target: str, frontend: str):
 
         def run(*a):
             if "fn" not in holder:
-                holder["fn"] = inductor.compile_fx(gm, list(a), options={"target": target})
+                holder["fn"] = inductor.compile_fx(gm, list(a), options={"target": target,
+                                                                         "mode": mode})
             return holder["fn"](*a)[0]
 
         return run, lambda: holder["fn"].kernel_count
     import driver
 
     driver.reset()
-    compiled = driver.compile(fn, options={"target": target})
+    compiled = driver.compile(fn, mode=mode, options={"target": target})
     return compiled, lambda: sum(sum(1 for k in g.artifacts if k.startswith("kernels/"))
                                  for g in compiled.graphs)
 
@@ -83,13 +88,13 @@ def bench_one(w: workloads.Workload, args: argparse.Namespace, copy_gbs: float) 
            "shape": list(w.args[0].shape), "bytes": w.bytes_moved}
     device = w.args[0].device.type
     fns = {"eager": lambda: w.fn(*w.args)}
-    compiled, kernels = minipt2_compile(w.fn, w.args, args.target, args.frontend)
+    compiled, kernels = minipt2_compile(w.fn, w.args, args.target, args.frontend, args.mode)
     out, row["minipt2_compile_s"] = first_call(compiled, w.args)
     row["minipt2_error"] = rel_error(out, want)
     row["minipt2_kernels"] = kernels()
     fns["minipt2"] = lambda: compiled(*w.args)
     if not args.no_torch_compile:
-        peer = torch.compile(w.fn)
+        peer = torch.compile(w.fn, mode=args.mode)
         out, row["torch_compile_s"] = first_call(peer, w.args)
         row["torch_compile_error"] = rel_error(out, want)
         fns["torch_compile"] = lambda: peer(*w.args)
@@ -140,6 +145,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                    help="default: triton on cuda, cpp on cpu")
     p.add_argument("--frontend", default="driver", choices=["driver", "fx"])
     p.add_argument("--no-torch-compile", action="store_true")
+    p.add_argument("--mode", default="default", choices=["default", "max-autotune"],
+                   help="for minipt2 (driver.compile) and torch.compile alike")
     p.add_argument("--out", default=None, help="JSON file of rows (default: benchmarks/"
                    "results/<suite>-<device>.json)")
     return p.parse_args(argv)
@@ -182,7 +189,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     out = Path(args.out or ROOT / "benchmarks" / "results" / f"{args.suite}-{device}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     meta = {"device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
-            "target": args.target, "size": args.size,
+            "target": args.target, "size": args.size, "mode": args.mode,
             "torch": torch.__version__, "copy_gbs": copy_gbs, "argv": sys.argv,
             "cpus": os.cpu_count()}
     out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))

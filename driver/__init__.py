@@ -8,7 +8,7 @@ Chapter: book/docs/driver.md. The CLI is ``python -m driver`` (see ``driver/cli.
 """
 
 from driver import api
-from driver.api import CompiledFunction, OptimizedModule, compile, reset
+from driver.api import CompiledFunction, OptimizedModule, compile, mark_dynamic, reset
 from driver.backends import backend, list_backends, register_backend
 from driver.logs import configure_from_environment, set_logs
 
@@ -31,6 +31,7 @@ __all__ = [
     "compile",
     "explain",
     "list_backends",
+    "mark_dynamic",
     "register_backend",
     "reset",
     "set_logs",

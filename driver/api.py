@@ -81,12 +81,13 @@ class _Recorder:
 class CompiledFunction:
     """The result of ``driver.compile(fn)``: call it like ``fn``."""
 
-    def __init__(self, fn: Callable, recorder: _Recorder, fullgraph: bool):
+    def __init__(self, fn: Callable, recorder: _Recorder, fullgraph: bool,
+                 dynamic: bool | None = None):
         import dynamo
 
         self._orig_fn = fn
         self._recorder = recorder
-        self._optimized = dynamo.optimize(recorder, fullgraph=fullgraph)(fn)
+        self._optimized = dynamo.optimize(recorder, fullgraph=fullgraph, dynamic=dynamic)(fn)
         functools.update_wrapper(self, fn)
 
     def __call__(self, *args, **kwargs):
@@ -110,9 +111,10 @@ class CompiledFunction:
 class OptimizedModule(CompiledFunction):
     """``driver.compile(module)``: runs the compiled ``forward``; the rest is the module's."""
 
-    def __init__(self, module: torch.nn.Module, recorder: _Recorder, fullgraph: bool):
+    def __init__(self, module: torch.nn.Module, recorder: _Recorder, fullgraph: bool,
+                 dynamic: bool | None = None):
         object.__setattr__(self, "_orig_mod", module)
-        super().__init__(module.forward, recorder, fullgraph)
+        super().__init__(module.forward, recorder, fullgraph, dynamic)
 
     def __getattr__(self, name):
         return getattr(self._orig_mod, name)
@@ -139,19 +141,43 @@ def compile(
     """Compile ``model`` (a function or ``nn.Module``) like ``torch.compile``.
 
     Works as ``driver.compile(fn)``, ``@driver.compile`` and ``@driver.compile(backend=...)``.
-    ``mode`` other than "default" and ``dynamic=True`` are accepted and, for now, compile as
-    the default mode with static shapes.
+    ``mode="max-autotune"`` makes inductor time a few launch configs of each Triton kernel
+    at its first call and keep the fastest (``inductor/autotune.py``). Other modes are
+    accepted and, for now, compile as the default mode. ``dynamic``: None (the default)
+    compiles static shapes first and makes a size symbolic once it changes between calls;
+    True makes every input size symbolic from the start; False never
+    (book/docs/dynamic-shapes.md).
     """
     opts = _check_arguments(backend, mode, dynamic, fullgraph, options)
     if model is None:
         return functools.partial(compile, backend=backend, mode=mode, dynamic=dynamic,
                                  fullgraph=fullgraph, options=options)
-    recorder = _Recorder(lookup_backend(backend, opts))
+    install_meta_decompositions()
+    recorder = _Recorder(lookup_backend(backend, {**opts, "mode": mode}))
     if isinstance(model, torch.nn.Module):
-        return OptimizedModule(model, recorder, fullgraph)
+        return OptimizedModule(model, recorder, fullgraph, dynamic)
     if not callable(model):
         raise TypeError(f"model must be a callable or an nn.Module, got {type(model).__name__}")
-    return CompiledFunction(model, recorder, fullgraph)
+    return CompiledFunction(model, recorder, fullgraph, dynamic)
+
+
+def install_meta_decompositions() -> None:
+    """Let dynamo compute example values with symbolic sizes through primtorch's
+    decompositions ([Note: symbolic example values] in dynamo/utils.py). Only the driver
+    knows both stages, so it is the one to connect them."""
+    import dynamo
+    import primtorch
+
+    if not dynamo.config.meta_decompositions:
+        dynamo.config.meta_decompositions = primtorch.decomposition_table
+
+
+def mark_dynamic(tensor: torch.Tensor, dim) -> None:
+    """Make ``tensor``'s size in ``dim`` (an int or a list of ints) symbolic from the first
+    compile on, as ``torch._dynamo.mark_dynamic`` does."""
+    import dynamo
+
+    dynamo.mark_dynamic(tensor, dim)
 
 
 def reset() -> None:

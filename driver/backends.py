@@ -28,7 +28,8 @@ BACKENDS: dict[str, Callable[[dict], Backend]] = {}
 
 
 def register_backend(name: str):
-    """Register ``factory(options) -> backend`` under ``name`` (one registry, a plain dict)."""
+    """Register ``factory(options) -> backend`` under ``name`` (one registry, a plain dict).
+    ``options`` are the user's ``options`` plus ``"mode"``, as ``driver.compile`` got it."""
 
     def decorate(factory):
         BACKENDS[name] = factory

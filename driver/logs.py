@@ -28,6 +28,8 @@ CHANNELS = {
     "fusion": "fusion decisions with reasons (inductor)",
     "kernels": "generated kernels (inductor)",
     "wrapper": "generated wrapper modules (inductor)",
+    "autotune": "the launch config chosen for each kernel in max-autotune, and how (inductor)",
+    "timing": "seconds per compilation step of each graph (inductor)",
 }
 # --8<-- [end:channels]
 
@@ -35,7 +37,7 @@ CHANNELS = {
 ARTIFACT_CHANNEL = {
     "captured_graph": "graphs", "guards": "guards", "aten_graph": "aot", "joint_graph": "aot",
     "fw_graph": "aot", "bw_graph": "aot", "prims_graph": "prims", "loop_ir": "ir",
-    "fusion": "fusion", "wrapper": "wrapper",
+    "fusion": "fusion", "wrapper": "wrapper", "timing": "timing",
 }
 
 

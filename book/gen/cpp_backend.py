@@ -8,6 +8,8 @@ and writes the kernel and the wrappers under ``cpp_backend/``.
 
 from __future__ import annotations
 
+import itertools
+
 import torch
 import torch.nn.functional as F
 
@@ -19,7 +21,8 @@ def gelu_bias(x, b):
 def kernel_only(source: str) -> str:
     lines = source.splitlines()
     at = max(i for i, line in enumerate(lines) if line.startswith('extern "C"'))
-    return "\n".join(lines[:2] + ["..."] + lines[at:])
+    header = list(itertools.takewhile(lambda line: line.startswith(("# ", "// ")), lines))
+    return "\n".join(header + ["..."] + lines[at:])
 
 
 def call_only(wrapper: str) -> str:

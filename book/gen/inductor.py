@@ -1,11 +1,17 @@
-"""Outputs for the inductor chapter: a softmax compiled to one Triton and one C++ kernel.
+"""Outputs for the inductor chapter: a softmax compiled to one Triton and one C++ kernel,
+and the scheduling, tiling and autotuning examples.
 
 ``generate(write)`` compiles ``torch.softmax(x * 0.125, -1)`` for both targets (the Triton
 one runs in the interpreter when there is no GPU) and writes, under ``inductor/``, the loop
 IR, the fusion log, the kernels and the wrappers, after checking the result against eager.
+Then: the fusion log of a LayerNorm backward (horizontal fusion), the wrapper of
+``gelu(x @ w + b)`` (one kernel after the library call), the tiled kernel of
+``x.t() + b``, and a wrapper compiled with ``mode="max-autotune"``.
 """
 
 from __future__ import annotations
+
+import itertools
 
 import torch
 
@@ -19,7 +25,8 @@ def kernel_only(source: str, target: str) -> str:
     lines = source.splitlines()
     start = "@triton.jit" if target == "triton" else 'extern "C"'
     at = max(i for i, line in enumerate(lines) if line.startswith(start))
-    return "\n".join(lines[:2] + ["..."] + lines[at:])
+    header = list(itertools.takewhile(lambda line: line.startswith(("# ", "// ")), lines))
+    return "\n".join(header + ["..."] + lines[at:])
 
 
 def generate(write) -> None:
@@ -34,8 +41,52 @@ def generate(write) -> None:
         kernels = [v for k, v in record.artifacts.items() if k.startswith("kernels/")]
         assert len(kernels) == 1, f"softmax should be one {target} kernel, got {len(kernels)}"
         write(f"inductor/softmax_{target}.{ext}", kernel_only(kernels[0], target))
-        write(f"inductor/softmax_{target}_wrapper.py",
-              record.artifacts["wrapper"].split("def call")[1].join(["def call", ""]))
+        write(f"inductor/softmax_{target}_wrapper.py", call_only(record.artifacts["wrapper"]))
         if target == "cpp":
             write("inductor/softmax_loop_ir.txt", record.artifacts["loop_ir"])
             write("inductor/softmax_fusion.txt", record.artifacts["fusion"])
+    scheduling_examples(write)
+
+
+def call_only(wrapper: str) -> str:
+    return wrapper.split("def call")[1].join(["def call", ""])
+
+
+def scheduling_examples(write) -> None:
+    """Horizontal fusion in a backward pass, an epilogue after mm, tiling, autotuning."""
+    import torch.nn.functional as F
+
+    import driver
+
+    driver.reset()
+    x, w, b = (torch.randn(8, 37, requires_grad=True), torch.randn(37, requires_grad=True),
+               torch.randn(37, requires_grad=True))
+    compiled = driver.compile(lambda x, w, b: F.layer_norm(x, (37,), w, b),
+                              options={"target": "cpp"})
+    compiled(x, w, b).sum().backward()
+    (record,) = compiled.graphs
+    write("inductor/layernorm_backward_fusion.txt", record.artifacts["backward/fusion"])
+
+    driver.reset()
+    x, w, b = torch.randn(8, 16), torch.randn(16, 24), torch.randn(24)
+    compiled = driver.compile(lambda x, w, b: F.gelu(x @ w + b), options={"target": "cpp"})
+    torch.testing.assert_close(compiled(x, w, b), F.gelu(x @ w + b))
+    (record,) = compiled.graphs
+    write("inductor/linear_gelu_wrapper.py", call_only(record.artifacts["wrapper"]))
+
+    driver.reset()
+    x, b = torch.randn(37, 53), torch.randn(37)
+    compiled = driver.compile(lambda x, b: x.t() + b, options={"target": "triton"})
+    torch.testing.assert_close(compiled(x, b), x.t() + b)
+    (record,) = compiled.graphs
+    (kernel,) = [v for k, v in record.artifacts.items() if k.startswith("kernels/")]
+    assert "YBLOCK" in kernel, "a transposed read should make a tiled kernel"
+    write("inductor/transpose_triton.py", kernel_only(kernel, "triton"))
+    write("inductor/transpose_triton_wrapper.py", call_only(record.artifacts["wrapper"]))
+
+    driver.reset()
+    compiled = driver.compile(lambda x: x.t().sin(), mode="max-autotune",
+                              options={"target": "triton"})
+    torch.testing.assert_close(compiled(x), x.t().sin())
+    (record,) = compiled.graphs
+    write("inductor/autotune_wrapper.py", call_only(record.artifacts["wrapper"]))

@@ -13,8 +13,10 @@ from .convert_frame import CacheEntry
 from .eval_frame import ExplainOutput, cache_entries, explain, optimize, reset
 from .exc import FallbackWarning, Unsupported, unimplemented
 from .guards import Guard
+from .shapes import ShapeEnv, SymNode, mark_dynamic
 
 __all__ = [
-    "CacheEntry", "ExplainOutput", "FallbackWarning", "Guard", "Unsupported", "cache_entries",
-    "config", "explain", "optimize", "reset", "unimplemented",
+    "CacheEntry", "ExplainOutput", "FallbackWarning", "Guard", "ShapeEnv", "SymNode",
+    "Unsupported", "cache_entries", "config", "explain", "mark_dynamic", "optimize", "reset",
+    "unimplemented",
 ]

@@ -17,3 +17,8 @@ recompile_limit: int = 8
 def strict() -> bool:
     """True when MINIPT2_STRICT=1: every fallback becomes an exception (read per call)."""
     return os.environ.get("MINIPT2_STRICT", "") == "1"
+
+# Decompositions that run an aten op on meta tensors with symbolic sizes, where ATen's own
+# C++ meta kernel wants concrete sizes ([Note: symbolic example values] in utils.py). The
+# driver installs primtorch's table; dynamo alone specialises such sizes instead.
+meta_decompositions: dict = {}

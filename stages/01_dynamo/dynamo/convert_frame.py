@@ -68,6 +68,7 @@ class CacheEntry:
     backend: Callable[..., Any]
     break_point: BreakPoint | None = None
     resume_offset: int | None = None  # where the frame continues after the break
+    dynamic: bool | None = None  # the ``dynamic=`` setting, handed on to resume functions
 
     def check(self, frame: Frame) -> bool:
         return self.check_fn(frame.f_globals, frame.closure, **frame.arguments)
@@ -89,13 +90,13 @@ class CacheEntry:
         from .eval_frame import call_optimized, invoke_optimized
 
         def invoke(fn: Any, *args: Any, **kwargs: Any) -> Any:
-            return invoke_optimized(fn, self.backend, args, kwargs)
+            return invoke_optimized(fn, self.backend, args, kwargs, self.dynamic)
 
         target = run_instruction(bp.inst, stack, bp.kw_names, invoke)
         offset = self.resume_offset if target is None else target
         return continue_frame(
             self.code, offset, stack, local_values, live_locals, frame.f_globals,
-            frame.cells, lambda fn, *args: call_optimized(fn, self.backend, args))
+            frame.cells, lambda fn, *args: call_optimized(fn, self.backend, args, self.dynamic))
     # --8<-- [end:run-entry]
 
 
@@ -108,14 +109,20 @@ def reconstructable(value: VariableTracker) -> bool:
     return all(reconstructable(child) for child in children(value))
 
 
-def convert_frame(frame: Frame, backend: Callable[..., Any], allow_breaks: bool = False
-                  ) -> CacheEntry:
-    """Trace ``frame`` into a graph, compile it with ``backend``, package the result."""
+def convert_frame(frame: Frame, backend: Callable[..., Any], allow_breaks: bool = False,
+                  dynamic: bool | None = None, frame_state: dict | None = None) -> CacheEntry:
+    """Trace ``frame`` into a graph, compile it with ``backend``, package the result.
+
+    ``dynamic`` and ``frame_state`` (the sizes earlier compiles of this code saw) decide
+    which input sizes are symbolic; see [Note: automatic dynamic] in eval_frame.py.
+    """
     clash = RESERVED_NAMES & set(frame.arguments)
     if clash:
         unimplemented(f"a parameter named {sorted(clash)[0]!r} shadows a name guards use")
     output = OutputGraph(frame.code.co_name)
     output.root_globals = frame.f_globals
+    output.dynamic = dynamic
+    output.frame_state = frame_state if frame_state is not None else {}
     tracer = InstructionTranslator(
         frame.code, frame.f_globals, frame.closure, frame.arguments, output, allow_breaks)
     return_value = tracer.run()
@@ -131,9 +138,9 @@ def convert_frame(frame: Frame, backend: Callable[..., Any], allow_breaks: bool 
     except Unsupported as e:
         e.location = e.location or tracer.location()
         raise
-    guards = output.guard_list()
     params = list(frame.arguments)
     compiled_fn = _compile(backend, graph, output.example_inputs) if graph else None
+    guards = output.guard_list()  # after the backend: it may have added shape guards
     sources = "".join(f"{source}, " for source in output.input_sources)
     resume_offset = None
     if bp is not None:
@@ -144,7 +151,7 @@ def convert_frame(frame: Frame, backend: Callable[..., Any], allow_breaks: bool 
         check_fn=compile_guards(guards, params),
         inputs_fn=make_frame_function("___graph_inputs", params, f"({sources})"),
         output_nodes=output_nodes, output=return_value, side_effects=output.side_effects,
-        backend=backend, break_point=bp, resume_offset=resume_offset,
+        backend=backend, break_point=bp, resume_offset=resume_offset, dynamic=dynamic,
     )
 
 
@@ -161,6 +168,7 @@ def _compile(backend: Callable[..., Any], graph: torch.fx.GraphModule, example_i
 
 def compile_or_fallback(
     frame: Frame, backend: Callable[..., Any], fullgraph: bool, name: str,
+    dynamic: bool | None = None, frame_state: dict | None = None,
 ) -> tuple[CacheEntry | None, bool]:
     """Apply the error policy around ``convert_frame``.
 
@@ -171,7 +179,7 @@ def compile_or_fallback(
     """
     strict = fullgraph or config.strict()
     try:
-        return convert_frame(frame, backend, allow_breaks=not strict), False
+        return convert_frame(frame, backend, not strict, dynamic, frame_state), False
     except UserErrorInTrace:
         return None, False
     except (Unsupported, BackendCompilerFailed) as e:

@@ -19,6 +19,16 @@ Chapter: book/docs/dynamo.md ("Catching frames", "Recompilation").
 # Each cache miss adds an entry. After ``config.recompile_limit`` entries a
 # miss runs eagerly instead, with one warning naming the guard that failed,
 # so a function fed ever-new shapes does not spend its life compiling.
+#
+# [Note: automatic dynamic]
+# With ``dynamic=None`` (the default) the first compile of a code object is
+# static: every size is a constant of the graph. Each compile also records, per
+# tensor source, the sizes it saw (``_frame_state``). When a later call misses
+# the cache and compiles again, a dim whose size differs from the recorded one
+# becomes symbolic. A decoder fed lengths 4, 5, 6, ... compiles twice: once for
+# 4, once with the length symbolic, and the second graph serves every length
+# after. ``dynamic=True`` makes input dims symbolic from the start,
+# ``dynamic=False`` never. Chapter: book/docs/dynamic-shapes.md.
 """
 
 from __future__ import annotations
@@ -46,22 +56,28 @@ _cache: dict[types.CodeType, list[CacheEntry]] = {}
 _skipped: set[types.CodeType] = set()  # gave up on these: always eager, warned once
 _limit_warned: set[types.CodeType] = set()
 _created: list[CacheEntry] = []  # every entry, in the order compiled (for explain)
+_frame_state: dict[types.CodeType, dict[str, tuple]] = {}  # [Note: automatic dynamic]
 
 
-def optimize(backend: Callable[..., Any], *, fullgraph: bool = False) -> Callable[..., Any]:
-    """``optimize(backend)(fn)``: a wrapper of ``fn`` that runs captured graphs via ``backend``."""
+def optimize(backend: Callable[..., Any], *, fullgraph: bool = False,
+             dynamic: bool | None = None) -> Callable[..., Any]:
+    """``optimize(backend)(fn)``: a wrapper of ``fn`` that runs captured graphs via ``backend``.
+    ``dynamic``: see [Note: automatic dynamic]."""
     if not callable(backend):
         raise TypeError(f"optimize(backend=...) must be callable, got {type(backend).__name__}")
     if not isinstance(fullgraph, bool):
         raise TypeError(f"optimize(fullgraph=...) must be a bool, got {type(fullgraph).__name__}")
+    if dynamic not in (None, True, False):
+        raise TypeError(f"optimize(dynamic=...) must be None, True or False, got {dynamic!r}")
 
     def decorator(fn: Callable[..., Any]) -> Callable[..., Any]:
-        return _wrap(fn, backend, fullgraph)
+        return _wrap(fn, backend, fullgraph, dynamic)
 
     return decorator
 
 
-def _wrap(fn: Any, backend: Callable[..., Any], fullgraph: bool) -> Callable[..., Any]:
+def _wrap(fn: Any, backend: Callable[..., Any], fullgraph: bool,
+          dynamic: bool | None = None) -> Callable[..., Any]:
     if isinstance(fn, types.MethodType) and isinstance(fn.__func__, types.FunctionType):
         func, bound = fn.__func__, (fn.__self__,)  # self travels as the first argument
     elif isinstance(fn, types.FunctionType):
@@ -77,7 +93,7 @@ def _wrap(fn: Any, backend: Callable[..., Any], fullgraph: bool) -> Callable[...
         frame = _make_frame(func, signature, bound + args, kwargs)
         if frame is None:  # arguments do not bind: let eager raise the TypeError
             return fn(*args, **kwargs)
-        return _call(frame, backend, fullgraph, lambda: fn(*args, **kwargs))
+        return _call(frame, backend, fullgraph, lambda: fn(*args, **kwargs), dynamic)
 
     wrapper._dynamo_orig_fn = fn  # type: ignore[attr-defined]
     wrapper._dynamo_backend = backend  # type: ignore[attr-defined]
@@ -104,6 +120,7 @@ def _make_frame(
 # --8<-- [start:cache-lookup]
 def _call(
     frame: Frame, backend: Callable[..., Any], fullgraph: bool, run_eagerly: Callable[[], Any],
+    dynamic: bool | None = None,
 ) -> Any:
     """One call: cache hit -> compiled entry; miss -> compile (within the limit) or eager."""
     code = frame.code
@@ -116,7 +133,8 @@ def _call(
     if len(entries) >= config.recompile_limit:  # [Note: recompile limit]
         _recompile_limit_hit(frame, entries[-1])
         return run_eagerly()
-    entry, give_up = compile_or_fallback(frame, backend, fullgraph, code.co_name)
+    state = _frame_state.setdefault(code, {})  # [Note: automatic dynamic]
+    entry, give_up = compile_or_fallback(frame, backend, fullgraph, code.co_name, dynamic, state)
     if give_up:
         _skipped.add(code)
     if entry is None:
@@ -157,6 +175,7 @@ def reset() -> None:
     _limit_warned.clear()
     _created.clear()
     _wrappers.clear()
+    _frame_state.clear()
 
 
 def _code_of(fn: Any) -> types.CodeType:
@@ -173,14 +192,15 @@ def cache_entries(fn: Any) -> list[CacheEntry]:
     return list(_cache.get(_code_of(fn), []))
 
 
-_wrappers: dict[tuple[types.CodeType, int], Callable[..., Any]] = {}
+_wrappers: dict[tuple[types.CodeType, int, bool | None], Callable[..., Any]] = {}
 
 
-def call_optimized(fn: types.FunctionType, backend: Callable[..., Any], args: tuple) -> Any:
+def call_optimized(fn: types.FunctionType, backend: Callable[..., Any], args: tuple,
+                   dynamic: bool | None = None) -> Any:
     """Call a resume function through dynamo with the same backend (one wrapper per code)."""
-    key = (fn.__code__, id(backend))
+    key = (fn.__code__, id(backend), dynamic)
     if key not in _wrappers:
-        _wrappers[key] = _wrap(fn, backend, False)
+        _wrappers[key] = _wrap(fn, backend, False, dynamic)
     return _wrappers[key](*args)
 
 
@@ -191,7 +211,8 @@ def _is_library(func: types.FunctionType) -> bool:
     return filename.startswith("<") or any(filename.startswith(p) for p in prefixes)
 
 
-def invoke_optimized(fn: Any, backend: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+def invoke_optimized(fn: Any, backend: Callable[..., Any], args: tuple, kwargs: dict,
+                     dynamic: bool | None = None) -> Any:
     """Run a call that broke the graph. A user's Python function or module is compiled on
     its own (like PyTorch's frame hook would catch its frame); anything else runs as is."""
     target = fn
@@ -203,7 +224,7 @@ def invoke_optimized(fn: Any, backend: Callable[..., Any], args: tuple, kwargs: 
     if not isinstance(func, types.FunctionType) or _is_library(func) or \
             func.__code__.co_flags & (inspect.CO_GENERATOR | inspect.CO_COROUTINE):
         return fn(*args, **kwargs)
-    return _wrap(target, backend, False)(*args, **kwargs)
+    return _wrap(target, backend, False, dynamic)(*args, **kwargs)
 
 
 @dataclasses.dataclass

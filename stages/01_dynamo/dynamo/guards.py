@@ -98,6 +98,30 @@ def make_tensor_guards(source: str, tensor: torch.Tensor) -> list[Guard]:
 # --8<-- [end:tensor-guards]
 
 
+def make_dynamic_tensor_guards(source: str, tensor: torch.Tensor,
+                               example: torch.Tensor) -> list[Guard]:
+    """The guards of a tensor input with symbolic dims (``example`` has SymInt sizes):
+    as ``make_tensor_guards``, but only the static sizes are pinned, one by one. What the
+    trace assumed about the symbolic ones (their lower bound, equal sizes, symbolic strides,
+    relations) is printed by the ShapeEnv after the backend compiled
+    (book/docs/dynamic-shapes.md)."""
+    type_path = "torch.nn.Parameter" if type(tensor) is torch.nn.Parameter else "torch.Tensor"
+    guards = [
+        Guard(source, "TYPE", f"type({source}) is {type_path}"),
+        Guard(source, "DTYPE", f"{source}.dtype == {literal(tensor.dtype)}"),
+        Guard(source, "DEVICE", f"{source}.device == {literal(tensor.device)}"),
+        Guard(source, "NDIM", f"{source}.ndim == {tensor.ndim}"),
+    ]
+    guards += [Guard(source, "SIZE", f"{source}.size()[{d}] == {n}")
+               for d, n in enumerate(example.shape) if isinstance(n, int)]
+    if all(isinstance(s, int) for s in example.stride()):
+        guards.append(Guard(source, "STRIDE",
+                            f"{source}.stride() == {literal(tuple(tensor.stride()))}"))
+    guards.append(Guard(source, "REQUIRES_GRAD",
+                        f"{source}.requires_grad == {tensor.requires_grad}"))
+    return guards
+
+
 def make_constant_guards(source: str, value: Any) -> list[Guard]:
     """A Python constant was specialised into the graph: guard its type and value.
 

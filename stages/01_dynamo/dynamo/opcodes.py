@@ -26,6 +26,7 @@ from .variables.dicts import ConstDictVariable, SetVariable, as_dict_items, dict
 from .variables.functions import NestedUserFunctionVariable
 from .variables.iter import ListIteratorVariable, get_iter
 from .variables.lists import ListVariable, TupleVariable
+from .variables.sym_node import SliceVariable, SymNodeVariable
 
 if TYPE_CHECKING:
     from .symbolic_convert import InstructionTranslatorBase
@@ -95,8 +96,8 @@ class ContainerOps:
     def FORMAT_VALUE(self: InstructionTranslatorBase, inst: dis.Instruction) -> None:
         spec = self.pop().as_python_constant() if inst.arg & 0x04 else ""
         value = self.pop()
-        if not value.is_python_constant():
-            unimplemented(f"formatting {value} into a string")
+        if not value.is_python_constant() and not isinstance(value, SymNodeVariable):
+            unimplemented(f"formatting {value} into a string")  # (a size is specialised)
         convert = {1: str, 2: repr, 3: ascii}.get(inst.arg & 3, lambda v: v)
         self.push(ConstantVariable(format(convert(value.as_python_constant()), spec)))
 
@@ -114,6 +115,9 @@ class ContainerOps:
         self.push(getitem.call_function(self, [obj, self._slice(start, stop)], {}))
 
     def _slice(self, *parts: VariableTracker) -> VariableTracker:
+        if any(isinstance(p, SymNodeVariable) for p in parts) and all(
+                p.is_python_constant() or isinstance(p, SymNodeVariable) for p in parts):
+            return SliceVariable(tuple(parts))  # x[:, :n] with a symbolic n
         if not all(p.is_python_constant() for p in parts):
             unimplemented("slice bounds that are not constants")
         return ConstantVariable(slice(*(p.as_python_constant() for p in parts)))

@@ -19,6 +19,7 @@ import torch
 import torch.fx
 
 from .guards import Guard, make_autocast_guard, make_grad_mode_guard
+from .shapes import ShapeEnv, SymTypes
 from .side_effects import SideEffects
 from .utils import get_example_value
 from .variables.base import VariableTracker, children
@@ -43,6 +44,11 @@ class OutputGraph:
         self.wrap_cache: dict[str, VariableTracker] = {}  # source -> its tracker
         self.root_globals: dict[str, Any] | None = None
         self.autocast_modes: list[Any] = []  # entered for real while tracing, innermost last
+        # dynamic shapes (book/docs/dynamic-shapes.md): the symbols of this trace, the
+        # ``dynamic=`` setting, and the sizes earlier compiles of this code saw
+        self.shape_env = ShapeEnv()
+        self.dynamic: bool | None = None
+        self.frame_state: dict[str, tuple] = {}
         self.add_guards([make_grad_mode_guard(), make_autocast_guard()])
 
     def add_guards(self, guards: list[Guard]) -> None:
@@ -114,6 +120,7 @@ class OutputGraph:
         for value in values:
             _collect_outputs(value, nodes, seen)
         outputs = list(nodes)
+        self.remove_unused_sizes()
         if not any(n.op.startswith("call_") for n in self.graph.nodes):
             return None, outputs
         self.graph.output(tuple(outputs))
@@ -121,8 +128,24 @@ class OutputGraph:
         gm = torch.fx.GraphModule(torch.nn.Module(), self.graph, class_name=self.code_name)
         return gm, outputs
 
+    def remove_unused_sizes(self) -> None:
+        """Size reads (``x.size()``, ``n // 2``) nothing used: the Python code only
+        branched on them, and the guards remember that."""
+        for node in reversed(list(self.graph.nodes)):
+            value = node.meta.get("example_value")
+            is_size = isinstance(value, SymTypes) or (
+                isinstance(value, (tuple, list)) and any(isinstance(v, SymTypes) for v in value))
+            if is_size and not node.users and node.op.startswith("call_"):
+                self.graph.erase_node(node)
+
     def guard_list(self) -> list[Guard]:
-        return list(self.guards.values())
+        """Every guard; the shape guards last, since they read sizes of inputs whose type
+        the earlier guards checked (call this after the backend compiled: it may add
+        relations of its own)."""
+        shape_guards = [Guard("shapes", kind, expr)
+                        for kind, expr in self.shape_env.produce_guards()]
+        return list(self.guards.values()) + [g for g in shape_guards
+                                             if g.expr not in self.guards]
 
 
 def _collect_outputs(value: VariableTracker, nodes: dict, seen: set[int]) -> None:

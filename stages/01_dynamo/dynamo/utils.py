@@ -10,14 +10,18 @@ Chapter: book/docs/dynamo.md ("Tensors and example values").
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from typing import Any
 
 import torch
-from torch.utils._pytree import tree_leaves, tree_map_only
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves, tree_map, tree_map_only
 
+from . import config
 from .exc import UserErrorInTrace, unimplemented
 from .guards import GUARD_GLOBALS
+from .shapes import concrete, find_env, specialize_all
 from .variables.base import VariableTracker
 from .variables.tensor import TensorVariable
 
@@ -40,18 +44,94 @@ def get_example_value(
     autocast = _autocast_devices(args, kwargs)
     if autocast:  # [Note: example values under autocast]
         ex_args, ex_kwargs = tree_map_only(torch.Tensor, autocast.fake, (ex_args, ex_kwargs))
+    symbolic = find_env((ex_args, ex_kwargs)) is not None
     try:
-        with torch.device("meta"):  # factories without device= build meta tensors too
-            if kind == "call_method":
-                result = _run_method(target, ex_args, ex_kwargs)
-            else:
-                result = target(*ex_args, **ex_kwargs)
+        try:
+            result = _run(kind, target, ex_args, ex_kwargs, symbolic)
+        except Exception:
+            if not symbolic:
+                raise
+            result = _run_specialized(kind, target, ex_args, ex_kwargs)
         return (tree_map_only(DeviceMeta, DeviceMeta.unwrap, result) if autocast else result,
                 device)
     except NotImplementedError as e:
+        if name in DATA_DEPENDENT_SIZES or "nonzero" in str(e):
+            unimplemented(f"{name}() makes a tensor whose size depends on the data, which a "
+                          "graph does not have at trace time [Note: data-dependent]")
         unimplemented(f"{name}() has no meta kernel, so its result cannot be predicted ({e})")
     except Exception as e:
         raise UserErrorInTrace(e) from e
+
+
+# Ops whose result's size depends on the values in a tensor, not only on its shape.
+DATA_DEPENDENT_SIZES = frozenset({"nonzero", "masked_select", "unique", "unique_consecutive",
+                                  "argwhere", "repeat_interleave", "bincount"})
+
+
+def _run(kind: str, target: Any, args: list, kwargs: dict, symbolic: bool) -> Any:
+    mode = SymbolicMetaMode(config.meta_decompositions) if symbolic else contextlib.nullcontext()
+    with torch.device("meta"), mode:  # factories without device= build meta tensors too
+        if kind == "call_method":
+            return _run_method(target, args, kwargs)
+        return target(*args, **kwargs)
+
+
+def _run_specialized(kind: str, target: Any, args: list, kwargs: dict) -> Any:
+    """[Note: specialization on failure]
+    # An op whose meta kernel (or decomposition) cannot take symbolic sizes runs on the
+    # hints instead, and the symbols of its inputs are guarded to equal their hints: from
+    # here on those sizes are static. That is always correct, only less general; with
+    # primtorch's decompositions installed (the driver does) it is rare. If the op also
+    # fails on the hints, the failure was not about symbols: it is raised as it is.
+    """
+    concrete_args, concrete_kwargs = tree_map(concrete, (args, kwargs))
+    result = _run(kind, target, concrete_args, concrete_kwargs, False)
+    specialize_all((args, kwargs))
+    return result
+
+
+class SymbolicMetaMode(TorchDispatchMode):
+    """Runs aten ops on meta tensors with symbolic sizes, through a decomposition table.
+
+    # [Note: symbolic example values]
+    # Most of ATen's meta kernels are C++ written for concrete sizes: ``x + y`` or
+    # ``x.view(B, -1)`` on a meta tensor with SymInt sizes fails. PyTorch's FakeTensor
+    # runs such ops through Python decompositions (its PrimTorch refs) instead. So do we:
+    # the driver installs primtorch's table in ``config.meta_decompositions``, and every op
+    # with a decomposition runs as that decomposition, whose prims have meta functions
+    # written in plain Python arithmetic, which works on SymInts. (Dynamo cannot import
+    # primtorch itself: stages import only earlier stages.) Ops without one run their own
+    # meta kernel; if that fails, [Note: specialization on failure].
+    """
+
+    def __init__(self, decompositions: dict) -> None:
+        super().__init__()
+        self.decompositions = decompositions
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        decomposition = self.decompositions.get(func)
+        if decomposition is not None:
+            with self:
+                out = decomposition(*args, **kwargs)
+            if out is not NotImplemented:
+                return _not_an_input(func, args, out)
+        return func(*args, **kwargs)
+
+
+def _not_an_input(func: Any, args: tuple, out: Any) -> Any:
+    """A decomposition may return its input unchanged (``x[:]``); eager returns a new
+    tensor (a view, for a view op), and autograd insists on it."""
+    inputs = [a for a in tree_leaves(args) if isinstance(a, torch.Tensor)]
+
+    def fresh(t: torch.Tensor) -> torch.Tensor:
+        if not any(t is i for i in inputs):
+            return t
+        if func.is_view:
+            return torch.ops.aten.alias.default(t)
+        return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device)
+
+    return tree_map_only(torch.Tensor, fresh, out)
 
 
 class DeviceMeta(torch.Tensor):

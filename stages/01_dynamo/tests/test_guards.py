@@ -166,7 +166,7 @@ def test_aliased_arguments(backend, no_fallback):
 
 def test_recompile_limit(backend, monkeypatch):
     monkeypatch.setattr(dynamo.config, "recompile_limit", 3)
-    opt = dynamo.optimize(backend)(add_mul)
+    opt = dynamo.optimize(backend, dynamic=False)(add_mul)  # else sizes go symbolic
     with pytest.warns(dynamo.FallbackWarning) as record:
         for n in range(1, 7):
             x, y = torch.randn(n), torch.randn(n)

@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 import torch.fx as fx
+from dynamo.shapes import has_symbolic_sizes, hint_int
 
 from aotautograd.joint import Program, module_state, trace_program
 from aotautograd.partitioners import PARTITIONERS, Partition
@@ -68,12 +69,14 @@ def aot_module_simplified(
     state = _state_fn(gm)  # the parameters and buffers, as they are at each call
     entries: dict[tuple, Callable] = {}
 
+    metas = symbolic_inputs(gm, example_inputs)
+
     def entry_for(args: Sequence[object]) -> Callable:
         key = signature(args, state())
         if key not in entries:
             entries[key] = compile_entry(gm, list(args), state(), key[0] == "training",
                                          fw_compiler, bw_compiler or fw_compiler,
-                                         decompositions, partition_fn)
+                                         decompositions, partition_fn, metas)
         return entries[key]
 
     first = entry_for(example_inputs)
@@ -91,10 +94,11 @@ def aot_module_simplified(
 # --8<-- [start:compile-entry]
 def compile_entry(gm: Callable, args: list, state: list, train: bool, fw_compiler: Compiler,
                   bw_compiler: Compiler, decompositions: DecompositionTable | None,
-                  partition_fn: Callable[[Program], Partition]) -> Callable:
+                  partition_fn: Callable[[Program], Partition],
+                  metas: list | None = None) -> Callable:
     """Trace, partition and compile the program for one signature."""
     with torch.enable_grad() if train else torch.no_grad():
-        program = trace_program(gm, args, decompositions, train)
+        program = trace_program(gm, args, decompositions, train, metas)
     primals = [*args, *state]
     if not program.is_joint:
         # --8<-- [start:aot-inference]
@@ -130,9 +134,29 @@ def _state_fn(gm: Callable) -> Callable[[], list]:
     return state
 
 
-def example_value(node: fx.Node) -> torch.Tensor:
+def example_value(node: fx.Node) -> torch.Tensor | int:
     """An uninitialised real tensor shaped like the placeholder (the backward compiler's
-    example input: the real saved values do not exist before the forward runs)."""
+    example input: the real saved values do not exist before the forward runs); a saved
+    size is its traced value. Symbolic sizes take their hints."""
     val = node.meta["val"]
+    if not isinstance(val, torch.Tensor):
+        return hint_int(val)
     device = node.meta.get("device", torch.device("cpu"))
-    return torch.empty_strided(val.shape, val.stride(), dtype=val.dtype, device=device)
+    return torch.empty_strided([hint_int(s) for s in val.shape],
+                               [hint_int(s) for s in val.stride()], dtype=val.dtype,
+                               device=device)
+
+
+def symbolic_inputs(gm: Callable, example_inputs: Sequence[object]) -> list | None:
+    """Meta tensors with symbolic sizes for the inputs, if dynamo made some sizes symbolic
+    (it leaves them in each placeholder's ``meta["example_value"]``); else None, and the
+    program is traced for the example inputs' own sizes. Chapter:
+    book/docs/dynamic-shapes.md ("aotautograd")."""
+    if not isinstance(gm, fx.GraphModule):
+        return None
+    metas = [n.meta.get("example_value") for n in gm.graph.nodes if n.op == "placeholder"]
+    if len(metas) != len(example_inputs) or not any(
+            isinstance(m, torch.Tensor) and has_symbolic_sizes(m) for m in metas):
+        return None
+    return [m if isinstance(m, torch.Tensor) and has_symbolic_sizes(m) else None
+            for m in metas]

@@ -60,10 +60,20 @@ class Program:
     num_graph_outputs: int  # mutated-input values + forward outputs computed by the graph
     differentiable: list[int] = field(default_factory=list)  # graph outputs with a tangent
     grad_primals: list[int] = field(default_factory=list)  # primals with a gradient output
+    # symbolic sizes: symbol -> (primal index, dim) that holds it at run time
+    size_sources: dict = field(default_factory=dict)
 
     @property
     def is_joint(self) -> bool:
         return bool(self.differentiable)
+
+    def sizes(self, primals: Sequence[object], exprs: Sequence[object]) -> list[int]:
+        """Evaluate size expressions (ints or SymInts of this trace) for a call's primals."""
+        if not any(isinstance(e, torch.SymInt) for e in exprs):
+            return list(exprs)
+        values = {s: primals[i].size(d) for s, (i, d) in self.size_sources.items()}
+        return [int(e.node.expr.xreplace(values)) if isinstance(e, torch.SymInt) else e
+                for e in exprs]
 
 
 def module_state(fn: Callable) -> dict[str, torch.Tensor]:
@@ -100,14 +110,17 @@ def _placeholder_name(name: str, tensor: torch.Tensor) -> str:
 
 # --8<-- [start:trace-joint]
 def trace_program(fn: Callable, example_inputs: Sequence[object],
-                  decompositions: DecompositionTable | None, train: bool) -> Program:
+                  decompositions: DecompositionTable | None, train: bool,
+                  metas: Sequence[object] | None = None) -> Program:
     """Trace ``fn``'s forward (and, if ``train``, its backward through the autograd engine)
-    into one functional graph; see [Note: the joint graph]."""
+    into one functional graph; see [Note: the joint graph]. ``metas``: per input, a meta
+    tensor with symbolic sizes (or None), when the graph must serve many sizes."""
     state = module_state(fn)
     tracer = Tracer(dict(decompositions or {}), {}, allow_input_mutation=True)
     tracer.forbid_grad_constants = train
-    primals = [tracer.placeholder(i, x, f"primal_{i}", train and _requires_grad(x))
-               for i, x in enumerate(example_inputs)]
+    metas = list(metas) if metas is not None else [None] * len(example_inputs)
+    primals = [tracer.placeholder(i, x, f"primal_{i}", train and _requires_grad(x), meta)
+               for i, (x, meta) in enumerate(zip(example_inputs, metas))]
     by_id: dict[int, TracerTensor] = {}  # a tied weight is one primal under two names
     state_names = []
     for name, tensor in state.items():
@@ -133,8 +146,11 @@ def trace_program(fn: Callable, example_inputs: Sequence[object],
         else:
             differentiable, grad_primals = [], []
     tracer.graph.output(tuple(_as_node(v) for v in graph_values + grads))
+    index = {p.proxy.node: i for i, p in enumerate(primals) if isinstance(p, TracerTensor)}
+    size_sources = {s: (index[node], d) for s, (node, d) in tracer.symbol_sources.items()}
     return Program(_graph_module(tracer), len(primals), len(example_inputs), state_names,
-                   mutated, program_outputs, len(graph_values), differentiable, grad_primals)
+                   mutated, program_outputs, len(graph_values), differentiable, grad_primals,
+                   size_sources)
 # --8<-- [end:trace-joint]
 
 

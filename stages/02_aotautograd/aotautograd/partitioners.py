@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 
 import torch
 import torch.fx as fx
+from dynamo.shapes import hint_int
 
 from aotautograd.joint import Program
 from aotautograd.maxflow import FlowNetwork, min_cut
@@ -73,10 +74,11 @@ def is_primal(node: fx.Node) -> bool:
 
 
 def node_bytes(node: fx.Node) -> float:
-    """Bytes of the node's value; a tuple (a multi-output op) cannot be saved whole."""
+    """Bytes of the node's value; a tuple (a multi-output op) cannot be saved whole. With
+    symbolic sizes, the bytes at the traced sizes: a heuristic needs no guard."""
     val = node.meta.get("val")
     if isinstance(val, torch.Tensor):
-        return val.numel() * val.element_size()
+        return hint_int(val.numel()) * val.element_size()
     return math.inf if isinstance(val, (tuple, list)) else 0
 
 
@@ -137,14 +139,14 @@ def can_recompute(node: fx.Node) -> bool:
         return False
     if getattr(node.target, "is_view", False) or torch.Tag.pointwise in tags:
         return True
-    out = node.meta["val"].numel()
+    out = hint_int(node.meta["val"].numel())
     return all(_numel(i) <= out for i in node.all_input_nodes)
 # --8<-- [end:can-recompute]
 
 
 def _numel(node: fx.Node) -> float:
     val = node.meta.get("val")
-    return val.numel() if isinstance(val, torch.Tensor) else math.inf
+    return hint_int(val.numel()) if isinstance(val, torch.Tensor) else math.inf
 
 
 def ancestors(outputs: list[fx.Node], stop: set[fx.Node]) -> set[fx.Node]:

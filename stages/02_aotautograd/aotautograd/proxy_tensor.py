@@ -27,15 +27,22 @@ from __future__ import annotations
 import operator
 from collections.abc import Callable, Sequence
 
+import sympy
 import torch
 import torch.fx as fx
 import torch.utils._pytree as pytree
+from dynamo.shapes import FloorDiv, ShapeEnv, SymNode
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 
 from aotautograd.exc import AOTUnsupported
 from aotautograd.functionalize import functionalize, is_mutation
 
 DecompositionTable = dict[torch._ops.OpOverload, Callable]
+aten = torch.ops.aten
+# How a size expression is computed by graph nodes ([Note: sizes in the graph]).
+SIZE_OPS = {sympy.Add: operator.add, sympy.Mul: operator.mul, FloorDiv: operator.floordiv,
+            sympy.Mod: operator.mod, sympy.Pow: operator.pow, sympy.Max: torch.sym_max,
+            sympy.Min: torch.sym_min}
 
 
 def to_meta(t: torch.Tensor) -> torch.Tensor:
@@ -94,13 +101,30 @@ class TracerTensor(torch.Tensor):
                              "escaped the traced function")
 
 
+class SizedGraph(fx.Graph):
+    """An FX graph that turns every SymInt argument of a new node into the size node that
+    computes it, created just before ([Note: sizes in the graph])."""
+
+    def __init__(self, tracer: Tracer) -> None:
+        super().__init__()
+        self.tracer = tracer
+
+    def create_node(self, op, target, args=None, kwargs=None, *rest, **options) -> fx.Node:
+        def convert(a: object) -> object:
+            return self.tracer.size_node(a.node.expr) if isinstance(a, torch.SymInt) else a
+
+        if any(isinstance(a, torch.SymInt) for a in pytree.tree_leaves((args, kwargs))):
+            args, kwargs = pytree.tree_map(convert, (args, kwargs))
+        return super().create_node(op, target, args, kwargs, *rest, **options)
+
+
 class Tracer:
     """The state of one trace: the graph, the decompositions, the lifted constants, and
     what [Note: functionalization] learns (which inputs were written in place)."""
 
     def __init__(self, decompositions: DecompositionTable, names: dict[int, str],
                  allow_input_mutation: bool = False):
-        self.graph = fx.Graph()
+        self.graph = SizedGraph(self)
         self.decompositions = decompositions
         self.constant_names = names  # id(tensor) -> preferred attribute name
         self.constants: dict[str, torch.Tensor] = {}
@@ -109,14 +133,23 @@ class Tracer:
         self.mutated_inputs: dict[int, TracerTensor] = {}  # input index -> its tensor
         self.phase = "forward"  # "backward" while the autograd engine runs; see joint.py
         self.forbid_grad_constants = False  # training: a closed-over leaf would lose its grad
+        self.decomposing: list[torch._ops.OpOverload] = []  # aten ops being decomposed, outer first
+        # symbolic sizes ([Note: sizes in the graph]): where each symbol can be read
+        self.symbol_sources: dict[sympy.Symbol, tuple[fx.Node, int]] = {}
+        self.size_nodes: dict[sympy.Expr, fx.Node] = {}
 
     def placeholder(self, index: int, value: object, name: str | None = None,
-                    requires_grad: bool = False) -> object:
+                    requires_grad: bool = False, meta: torch.Tensor | None = None) -> object:
+        """A graph input; ``meta`` (a meta tensor with symbolic sizes, from dynamo) replaces
+        the value's own metadata when the graph must serve many sizes."""
         node = self.graph.placeholder(name or f"arg{index}")
         if not isinstance(value, torch.Tensor):
             node.meta["val"] = value  # a non-tensor input is baked in as a constant
             return value
-        out = self.wrap(to_meta(value), node, value.device)
+        out = self.wrap(meta if meta is not None else to_meta(value), node, value.device)
+        for d, size in enumerate(out.meta.shape):
+            if isinstance(size, torch.SymInt) and isinstance(size.node.expr, sympy.Symbol):
+                self.symbol_sources.setdefault(size.node.expr, (node, d))
         out.role, out.input_index = "input", index  # the caller owns it
         if requires_grad:
             out.requires_grad_(True)  # a leaf of the autograd graph the tracer builds
@@ -146,9 +179,54 @@ class Tracer:
             self.lifted[id(tensor)].role = "constant"
         return self.lifted[id(tensor)]
 
+    # --8<-- [start:size-nodes]
+    def size_node(self, expr: sympy.Expr) -> fx.Node | int:
+        """The node that computes a symbolic size from the graph's inputs.
+
+        [Note: sizes in the graph]
+        An op traced with symbolic sizes takes them as arguments (``view(x, [s0, 12])``),
+        but a graph node cannot hold a SymInt: at run time the size must be *computed*.
+        Each symbol is read from an input that has it as a dim (``sym_size(primal_0, 0)``,
+        placed with the inputs, in the forward); an expression of symbols becomes the
+        arithmetic nodes that compute it (``operator.mul``, ``operator.floordiv``).
+        """
+        if expr.is_Integer:
+            return int(expr)
+        if expr in self.size_nodes:
+            return self.size_nodes[expr]
+        if isinstance(expr, sympy.Symbol):
+            if expr not in self.symbol_sources:
+                raise AOTUnsupported(f"size {expr} is not the size of any graph input")
+            source, dim = self.symbol_sources[expr]
+            inputs = [n for n in self.graph.nodes if n.op == "placeholder"
+                      or n in self.size_nodes.values() and n.target is aten.sym_size.int]
+            with self.graph.inserting_after(inputs[-1]):
+                node = self.graph.call_function(aten.sym_size.int, (source, dim))
+            node.meta["phase"] = "forward"
+        else:
+            op = SIZE_OPS.get(type(expr))
+            if op is None:
+                raise AOTUnsupported(f"cannot compute the size {expr} in a graph")
+            args = [self.size_node(a) for a in expr.args]
+            node = args[0]
+            for arg in args[1:]:
+                node = self.graph.call_function(op, (node, arg))
+                node.meta["phase"] = self.phase
+        node.meta["val"] = torch.SymInt(SymNode(expr, self.shape_env(), int))
+        self.size_nodes[expr] = node
+        return node
+    # --8<-- [end:size-nodes]
+
+    def shape_env(self) -> ShapeEnv:
+        source, dim = next(iter(self.symbol_sources.values()))
+        return source.meta["val"].shape[dim].node.env
+
     def wrap(self, meta_out: object, node: fx.Node, device: torch.device) -> object:
         """Outputs of ``node`` as TracerTensors; tuples and lists become getitem nodes."""
         node.meta.setdefault("phase", self.phase)
+        if node.op == "call_function" and node.target is not operator.getitem:
+            # the user-level aten op this node came from (inductor's kernel headers name it)
+            node.meta.setdefault("original_aten", (self.decomposing or [node.target])[0])
         node.meta["device"] = device
         if isinstance(meta_out, torch.Tensor):
             node.meta["val"] = meta_out
@@ -208,8 +286,12 @@ class TracingMode(TorchDispatchMode):
         out = NotImplemented
         decomposition = self.tracer.decompositions.get(func)
         if decomposition is not None:
-            with self:  # the decomposition's own ops (prims, aten ops, factories) come back
-                out = decomposition(*args, **kwargs)
+            self.tracer.decomposing.append(func)
+            try:
+                with self:  # the decomposition's own ops (prims, aten ops, factories) come back
+                    out = decomposition(*args, **kwargs)
+            finally:
+                self.tracer.decomposing.pop()
         if out is NotImplemented:
             out = self.tracer.record(func, args, kwargs)
         return track_aliases(func, args, kwargs, out)

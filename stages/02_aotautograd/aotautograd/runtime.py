@@ -57,6 +57,8 @@ def finish(program: Program, primals: list, graph_outputs: tuple) -> tuple:
             results.append(primals[spec.index])
         elif spec.kind == "alias":
             base, (size, stride, offset) = primals[spec.index], spec.view
+            size, stride = program.sizes(primals, size), program.sizes(primals, stride)
+            offset = program.sizes(primals, [offset])[0]
             results.append(base.as_strided(size, stride, base.storage_offset() + offset))
         else:
             results.append(spec.value)
@@ -89,7 +91,11 @@ def make_training_runtime(program: Program, partition: Partition, compiled_fw: C
         def forward(ctx, *primals):
             with torch._C._DisableAutocast():
                 outputs = tuple(compiled_fw(*primals))
-            ctx.save_for_backward(*outputs[num_outputs:])  # the saved values
+            saved = outputs[num_outputs:]
+            # saved tensors go through autograd's bookkeeping; saved sizes (ints, from
+            # [Note: sizes in the graph]) are kept as they are, None where a tensor is
+            ctx.save_for_backward(*[v for v in saved if not isinstance(v, int)])
+            ctx.saved_sizes = [v if isinstance(v, int) else None for v in saved]
             results = outputs[:num_outputs]
             ctx.mark_non_differentiable(*[results[i] for i in no_tangent])
             return results
@@ -99,8 +105,10 @@ def make_training_runtime(program: Program, partition: Partition, compiled_fw: C
             if torch.is_grad_enabled():  # create_graph=True; see [Note: what backward cannot do]
                 raise RuntimeError(DOUBLE_BACKWARD)
             tangents = [grad_outputs[i].contiguous() for i in program.differentiable]
+            tensors = iter(ctx.saved_tensors)
+            saved = [next(tensors) if v is None else v for v in ctx.saved_sizes]
             with torch._C._DisableAutocast():
-                grads = iter(compiled_bw(*ctx.saved_tensors, *tangents))
+                grads = iter(compiled_bw(*saved, *tangents))
             result = [None] * program.num_primals
             for index, has_grad in zip(program.grad_primals, partition.has_grad):
                 result[index] = next(grads) if has_grad else None

@@ -9,7 +9,8 @@ Chapter: book/docs/primtorch.md ("The prims" and "Random numbers").
 
 These are the prims whose output element is not a function of the input element at the same
 position: they move data (``slice``, ``cat``, ``gather``, ``scatter``, ``scatter_add``), make
-it (``iota``, ``rand``), or reduce to a position (``argmax``). Their meta functions are still
+it (``iota``, ``rand``), reduce to a position (``argmax``), or to two statistics at once
+(``mean_m2``). Their meta functions are still
 plain arithmetic over sizes, so they hold for sympy sizes as well as ints.
 """
 
@@ -125,6 +126,32 @@ def _define_arg_reduction(name: str, fn) -> None:
 
 _define_arg_reduction("argmax", torch.argmax)
 _define_arg_reduction("argmin", torch.argmin)
+
+# ---------------------------------------------------------------------------------------
+# mean_m2: the statistics behind var, std, layer norm and batch norm. One prim for both, so
+# that a compiler can compute them in one pass over the data (Welford's algorithm).
+
+
+def _mean_m2_eager(a, dims):
+    _check(a.dtype.is_floating_point, "mean_m2", "a must be floating point")
+    if not dims:
+        return a.clone(), torch.zeros_like(a)
+    mean = a.mean(list(dims), keepdim=True)
+    m2 = ((a - mean) * (a - mean)).sum(list(dims))
+    return a.mean(list(dims)), m2
+
+
+def _mean_m2_meta(a, dims):
+    _check(a.dtype.is_floating_point, "mean_m2", "a must be floating point")
+    shape = reduction_shape(a.shape, dims)
+    return _empty_meta(shape, a.dtype), _empty_meta(shape, a.dtype)
+
+
+_register(
+    "mean_m2", "(Tensor a, int[] dims) -> (Tensor, Tensor)", "statistics", _mean_m2_eager,
+    _mean_m2_meta, "(mean, m2) over dims: the mean and the sum of squared deviations from it "
+    "(m2 / count is the biased variance); floating point only",
+)
 
 # ---------------------------------------------------------------------------------------
 # gather / scatter: index is an int64 tensor of the same rank as a.

@@ -168,6 +168,7 @@ def _structured_cases():
         "scatter": (torch.zeros(2, 3, 4), 1, index, torch.ones(2, 1, 4)),
         "scatter_add": (torch.zeros(2, 3, 4), 1, index, torch.ones(2, 1, 4)),
         "rand": ([3, 5], seed, 2),
+        "mean_m2": (a, [0, 2]),
     }
 
 
@@ -180,6 +181,9 @@ def test_structured_meta_matches_eager(name):
                  isinstance(a[0], torch.Tensor) else a.to("meta")
                  if isinstance(a, torch.Tensor) else a for a in args]
     meta = getattr(prims, name)(*meta_args, **kwargs)
+    if name == "mean_m2":  # two results
+        assert [(m.shape, m.dtype) for m in meta] == [(e.shape, e.dtype) for e in eager]
+        return
     assert (meta.shape, meta.dtype) == (eager.shape, eager.dtype)
 
 
@@ -194,6 +198,12 @@ def test_structured_values():
         prims.cat([a, a.double()], 0)
     with pytest.raises(ValueError, match="bad slice"):
         prims.slice(a, [0, 0, 0], [2, 4, 4], [1, 1, 1])
+    mean, m2 = prims.mean_m2(a, [0, 2])
+    wide = a.double()
+    assert torch.allclose(mean.double(), wide.mean((0, 2)))
+    assert torch.allclose(m2.double(), wide.var((0, 2), correction=0) * 8)
+    with pytest.raises(ValueError, match="floating point"):
+        prims.mean_m2(a.long(), [0])
 
 
 def test_rand_is_a_pure_function_of_seed_and_offset():

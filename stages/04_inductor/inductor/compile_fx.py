@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import os
+import time
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -27,16 +28,21 @@ from typing import Any
 import torch
 import torch.fx
 
+from inductor import sizevars
+from inductor.autotune import Autotuner
 from inductor.codecache import CppCodeCache, TritonCodeCache, exec_python_source
 from inductor.codegen.cpp import generate_cpp_kernel
 from inductor.codegen.triton import generate_triton_kernel
 from inductor.codegen.wrapper import WrapperCodeGen, fallback_wrapper_source
+from inductor.cudagraphs import CudaGraphRunner, wants_cudagraphs
 from inductor.exc import CompileError
 from inductor.graph import GraphLowering
 from inductor.ir import Buffer, ComputedBuffer
 from inductor.scheduler import FusedGroup, Scheduler
 
 TARGETS = ("triton", "cpp", "fallback")
+MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+AUTOTUNE_MODES = ("max-autotune", "max-autotune-no-cudagraphs")  # [Note: autotuning]
 
 
 class CompiledGraph:
@@ -48,6 +54,7 @@ class CompiledGraph:
         self.prims_graph_module: torch.fx.GraphModule | None = None
         # prims-graph node name -> number of the kernel that computes it (for pictures)
         self.kernel_groups: dict[str, int] = {}
+        self.autotuners: dict[str, Autotuner] = {}  # mode="max-autotune": kernel name -> tuner
 
     def __call__(self, *args: torch.Tensor) -> tuple:
         return self.call(*args)
@@ -68,10 +75,19 @@ def check_target(target: Any) -> str:
     return target
 
 
+def check_mode(mode: Any) -> str:
+    if mode not in MODES:
+        raise ValueError(f"inductor: mode must be one of {MODES}, got {mode!r}")
+    return mode
+
+
+@sizevars.for_graph  # symbolic sizes: [Note: sizes as kernel arguments]
 def compile_fx_inner(prims_gm: torch.fx.GraphModule, example_inputs: list[Any], *,
-                     target: str | None = None) -> CompiledGraph:
-    """Compile a prims graph for ``target`` ("triton", "cpp", "fallback"; default: by device)."""
+                     target: str | None = None, mode: str = "default") -> CompiledGraph:
+    """Compile a prims graph for ``target`` ("triton", "cpp", "fallback"; default: by device).
+    ``mode="max-autotune"`` launches Triton kernels through ``autotune.Autotuner``."""
     target = check_target(target or default_target(example_inputs))
+    autotune = check_mode(mode) in AUTOTUNE_MODES and target == "triton"
     artifacts = {"prims_graph": prims_gm.print_readable(print_output=False)}
     if target == "fallback":
         source = fallback_wrapper_source(len(example_inputs))
@@ -81,31 +97,69 @@ def compile_fx_inner(prims_gm: torch.fx.GraphModule, example_inputs: list[Any], 
     devices = {t.device.type for t in example_inputs if isinstance(t, torch.Tensor)}
     if target == "cpp" and devices - {"cpu"}:
         raise CompileError(f"target 'cpp' runs on CPU tensors, got inputs on {sorted(devices)}")
+    clock = Stopwatch()
     graph = GraphLowering(prims_gm, example_inputs)
     graph.run(*example_inputs)
+    clock.lap("lowering (prims -> loop IR)")
     artifacts["loop_ir"] = "\n\n".join(op.describe() for op in graph.operations)
     outputs = {o.name for o in graph.graph_outputs if isinstance(o, Buffer)}
-    scheduler = Scheduler(graph.operations, outputs)
+    scheduler = Scheduler(graph.operations, outputs, graph.origins)
+    clock.lap("scheduling (fusion)")
     artifacts["fusion"] = "\n".join(_describe_groups(scheduler) + [""] + scheduler.log)
     kernels = generate_kernels(scheduler, graph, target)
+    clock.lap(f"printing {len(kernels)} kernels")
     for kernel in kernels.values():
         artifacts[f"kernels/{kernel.name}.{'py' if target == 'triton' else 'cpp'}"] = \
             kernel.source
     try:
         namespace = load_kernels(list(kernels.values()), target)
+        clock.lap("building kernels (Triton JIT happens at the first launch)" if
+                  target == "triton" else "building kernels (g++, or the code cache)")
     except CompileError as e:  # [Note: compile errors fall back]
         warnings.warn(f"inductor: {e}\nRunning this graph op by op (target 'fallback').",
                       stacklevel=2)
         return compile_fx_inner(prims_gm, example_inputs, target="fallback")
-    wrapper = WrapperCodeGen(graph, scheduler.groups, scheduler.removed, kernels, target)
-    source = wrapper.generate()
+    wrapper = WrapperCodeGen(graph, scheduler.groups, scheduler.removed, kernels, target,
+                             autotune)
+    try:
+        source = wrapper.generate()
+    except CompileError as e:  # a size the wrapper cannot compute from its inputs
+        warnings.warn(f"inductor: {e}\nRunning this graph op by op (target 'fallback').",
+                      stacklevel=2)
+        return compile_fx_inner(prims_gm, example_inputs, target="fallback")
     artifacts["wrapper"] = source
+    autotuners = {k.name: Autotuner(namespace[k.name], k) for k in kernels.values()
+                  if autotune}
+    namespace.update(autotuners)
     namespace.update(wrapper.constants)
     scope = exec_python_source(source, "wrapper", "call", namespace)
-    result = CompiledGraph(scope["call"], artifacts, len(kernels))
+    call = scope["call"]
+    if wants_cudagraphs(mode, example_inputs):  # [Note: static addresses]
+        call = CudaGraphRunner(call, name=f"graph of {len(kernels)} kernels")
+    clock.lap("wrapper")
+    artifacts["timing"] = clock.report()
+    result = CompiledGraph(call, artifacts, len(kernels))
+    result.autotuners = autotuners
     result.prims_graph_module = prims_gm
     result.kernel_groups = kernel_groups(graph, scheduler)
     return result
+
+
+class Stopwatch:
+    """Seconds per compilation step, for the ``timing`` artifact (``MINIPT2_LOGS=timing``)."""
+
+    def __init__(self) -> None:
+        self.start = self.last = time.perf_counter()
+        self.laps: list[tuple[str, float]] = []
+
+    def lap(self, what: str) -> None:
+        now = time.perf_counter()
+        self.laps.append((what, now - self.last))
+        self.last = now
+
+    def report(self) -> str:
+        lines = [f"{seconds:8.3f} s  {what}" for what, seconds in self.laps]
+        return "\n".join([*lines, f"{self.last - self.start:8.3f} s  inductor in all"])
 
 
 def generate_kernels(scheduler: Scheduler, graph: GraphLowering, target: str) -> dict:
@@ -167,8 +221,12 @@ def _load_kernel(kernel: Any, target: str) -> Any:
     import ctypes
 
     fn = CppCodeCache.load(kernel.source, kernel.name)
-    fn.argtypes = [ctypes.c_void_p] * len(kernel.args)
+    fn.argtypes = [ctypes.c_void_p] * len(kernel.args) + [ctypes.c_int64] * len(kernel.size_vars)
     return fn
+
+
+def _sizes(sizes: list[Any]) -> str:
+    return f"[{', '.join(str(s) for s in sizes)}]"
 
 
 def _describe_groups(scheduler: Scheduler) -> list[str]:
@@ -177,9 +235,9 @@ def _describe_groups(scheduler: Scheduler) -> list[str]:
         if isinstance(group, FusedGroup):
             names = [n.name + (" (removed)" if n.name in scheduler.removed else "")
                      for n in group.nodes]
-            reducing = (f", reducing {[int(s) for s in group.reduction_ranges]}"
+            reducing = (f", reducing {_sizes(group.reduction_ranges)}"
                         if group.is_reduction() else "")
-            lines.append(f"kernel over {[int(s) for s in group.ranges]}{reducing}: "
+            lines.append(f"kernel over {_sizes(group.ranges)}{reducing}: "
                          f"{', '.join(names)}")
         else:
             lines.append(f"library call {group.kernel.name}: {group.kernel.op}")
@@ -193,6 +251,7 @@ def compile_fx(gm: torch.fx.GraphModule, example_inputs: list[Any], *,
         raise TypeError(f"inductor: options must be a dict, got {type(options).__name__}")
     options = dict(options or {})
     target = check_target(options.get("target") or default_target(example_inputs))
+    mode = check_mode(options.get("mode") or "default")
     import aotautograd
     import primtorch
 
@@ -203,18 +262,26 @@ def compile_fx(gm: torch.fx.GraphModule, example_inputs: list[Any], *,
     compiled: list[CompiledGraph] = []
 
     def fw_compiler(fw_gm: torch.fx.GraphModule, inputs: list[Any]) -> CompiledGraph:
-        compiled.append(compile_fx_inner(fw_gm, inputs, target=target))
+        compiled.append(compile_fx_inner(fw_gm, inputs, target=target, mode=mode))
         return compiled[-1]
 
+    started = time.perf_counter()
     fn = aotautograd.aot_module_simplified(
         gm, example_inputs, fw_compiler=fw_compiler, bw_compiler=fw_compiler,
         decompositions=getattr(primtorch, "decomposition_table", {}))
+    total = time.perf_counter() - started
 
     def run(*args: Any) -> Any:
         return fn(*args)
 
     run.artifacts = _artifacts(fn, compiled)  # type: ignore[attr-defined]
+    inner = sum(float(c.artifacts["timing"].splitlines()[-1].split()[0]) for c in compiled
+                if "timing" in c.artifacts)
+    run.artifacts["timing"] = (f"{total - inner:8.3f} s  aotautograd + primtorch (trace, "
+                               f"decompose, partition)\n" +
+                               "\n".join(c.artifacts.get("timing", "") for c in compiled))
     run.kernel_count = sum(c.kernel_count for c in compiled)  # type: ignore[attr-defined]
+    run.compiled_graphs = compiled  # type: ignore[attr-defined]
     if compiled:
         run.prims_graph_module = compiled[0].prims_graph_module  # type: ignore[attr-defined]
         run.kernel_groups = compiled[0].kernel_groups  # type: ignore[attr-defined]

@@ -1,7 +1,8 @@
 """GraphLowering: run the prims graph with IR values instead of tensors.
 
 Input: an FX GraphModule of prims (and extern/fallback aten ops), and example inputs.
-Output: ``graph_inputs`` (``InputBuffer`` per placeholder, with the example's real strides),
+Output: ``graph_inputs`` (``InputBuffer`` per placeholder, with the example's real strides, or
+symbolic ones from its ``meta["val"]``; ``SizeArg`` for an int input),
 ``operations`` (``ComputedBuffer`` and ``FallbackKernel`` objects in program order) and
 ``graph_outputs`` (buffers, or ``None`` for non-tensor outputs).
 
@@ -17,9 +18,11 @@ from __future__ import annotations
 import operator
 from typing import Any
 
+import sympy
 import torch
 import torch.fx
 
+from inductor import sizevars
 from inductor.exc import CompileError
 from inductor.ir import (
     Buffer,
@@ -32,11 +35,16 @@ from inductor.ir import (
     IRNode,
     Pointwise,
     Reduction,
+    Scatter,
+    ScatterBuffer,
+    SizeArg,
     as_view,
     index_vars,
     sympify_all,
+    sympify_size,
 )
 from inductor.lowering import lowerings
+from inductor.split_reduction import split_reduction
 from inductor.virtualized import ReadWritesHandler, V
 
 
@@ -55,13 +63,16 @@ class GraphLowering(torch.fx.Interpreter):
     def __init__(self, gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) -> None:
         super().__init__(gm, garbage_collect_values=False)
         self.example_inputs = list(example_inputs)
-        self.graph_inputs: list[InputBuffer] = []
+        self.graph_inputs: list[InputBuffer | SizeArg] = []
         self.operations: list[ComputedBuffer | FallbackKernel] = []
         self.graph_outputs: list[Any] = []
         self.buffer_count = 0
         self.fallback_count = 0
         self.current_node: torch.fx.Node | None = None
         self.buffer_by_name: dict[str, Buffer] = {}
+        self.produced_by: dict[int, torch.fx.Node] = {}  # id(IR value) -> the node it came from
+        self.origins: dict[str, list[torch.fx.Node]] = {}  # buffer -> the nodes it computes
+        self.node_order: dict[torch.fx.Node, int] = {}
 
     def register(self, buffer: Buffer) -> Buffer:
         self.buffer_by_name[buffer.name] = buffer
@@ -79,7 +90,25 @@ class GraphLowering(torch.fx.Interpreter):
         layout = FlexibleLayout(value.device, value.dtype, value.ranges)
         buffer = self.register(ComputedBuffer(self.new_name(), layout, value))
         self.operations.append(buffer)
+        root = self.produced_by.get(id(value), self.current_node)
+        self.origins[buffer.name] = self.inlined_nodes(root) if root is not None else []
         return buffer
+
+    def inlined_nodes(self, root: torch.fx.Node) -> list[torch.fx.Node]:
+        """The prims-graph nodes whose bodies a buffer computed at ``root`` holds: ``root`` and
+        every producer reached through values that were inlined, not stored (kernel headers
+        name them)."""
+        seen, stack = {root}, [root]
+        while stack:
+            for user_input in stack.pop().all_input_nodes:
+                value = self.env.get(user_input)
+                if (user_input not in seen and user_input.op == "call_function"
+                        and not isinstance(value, (Buffer, list, tuple))):
+                    seen.add(user_input)
+                    stack.append(user_input)
+        if len(self.node_order) != len(self.module.graph.nodes):
+            self.node_order = {node: i for i, node in enumerate(self.module.graph.nodes)}
+        return sorted(seen, key=self.node_order.__getitem__)
 
     def realize_or_view(self, value: Any) -> Any:
         """A library call's argument: a strided view of an existing buffer if ``value`` is
@@ -90,26 +119,53 @@ class GraphLowering(torch.fx.Interpreter):
     def run_node(self, n: torch.fx.Node) -> Any:
         self.current_node = n
         result = super().run_node(n)
+        if isinstance(result, (Pointwise, Reduction)):
+            self.produced_by[id(result)] = n
         many_users = len(n.users) > 1
         if isinstance(result, Reduction):
-            result = self.realize(result)  # always: see Reduction's docstring
+            # always realized: see Reduction's docstring; [Note: split reductions]
+            result = self.realize(split_reduction(result, self.realize) or result)
         elif isinstance(result, Pointwise) and many_users and not is_cheap(result):
             result = self.realize(result)  # [Note: realize]
+        elif isinstance(result, Scatter):
+            result = self.realize_scatter(result)
         return result
 
+    def realize_scatter(self, value: Scatter) -> Buffer:
+        """A scatter is two loops over one new buffer: a copy of ``value.base``, then the
+        loop that writes into it (``ScatterBuffer``, same name; see ``ir.Scatter``)."""
+        copy = Pointwise(value.device, value.dtype, value.base.make_loader(),
+                         list(value.base.get_size()))
+        buffer = self.realize(copy)
+        loop = FlexibleLayout(value.device, value.dtype, value.ranges)
+        self.operations.append(ScatterBuffer(buffer.name, loop, value, buffer.layout))
+        return buffer
+
     def placeholder(self, target: str, args: Any, kwargs: Any) -> Any:
+        """An input buffer with the example's strides; with dynamic shapes, the sizes and
+        strides of the placeholder's symbolic ``meta["val"]`` (book/docs/dynamic-shapes.md).
+        A size input (an int; a SymInt when traced) is a ``SizeArg``."""
         example = self.example_inputs[len(self.graph_inputs)]
+        val = self.current_node.meta.get("val") if self.current_node is not None else None
+        name = f"arg{len(self.graph_inputs)}"
+        if isinstance(val, torch.SymInt) and isinstance(example, int):
+            self.graph_inputs.append(SizeArg(name, sympify_size(val)))
+            return sympify_size(val)
         if not isinstance(example, torch.Tensor):
             raise CompileError(f"graph input {target!r} is not a tensor ({type(example)})")
-        layout = FixedLayout(example.device, example.dtype, sympify_all(example.shape),
-                             sympify_all(example.stride()))
-        buffer = self.register(InputBuffer(f"arg{len(self.graph_inputs)}", layout))
+        shaped = val if isinstance(val, torch.Tensor) and val.ndim == example.ndim else example
+        layout = FixedLayout(example.device, example.dtype, sympify_all(shaped.shape),
+                             sympify_all(shaped.stride()))
+        buffer = self.register(InputBuffer(name, layout))
         self.graph_inputs.append(buffer)
         return buffer
 
     def call_function(self, target: Any, args: Any, kwargs: Any) -> Any:
         if target is operator.getitem and isinstance(args[0], (list, tuple)):
             return args[0][args[1]]
+        val = self.current_node.meta.get("val") if self.current_node is not None else None
+        if isinstance(val, torch.SymInt):  # size arithmetic: [Note: sizes in the graph]
+            return sympify_size(val)
         lowering = lowerings.get(target)
         if lowering is not None:
             result = lowering(*args, **kwargs)
@@ -157,10 +213,13 @@ def to_meta(tree: Any) -> Any:
     """Buffers as meta tensors of their layout, for running an op to learn its output."""
 
     def convert(x: Any) -> Any:
-        if isinstance(x, Buffer):
-            return torch.empty_strided([int(s) for s in x.layout.size],
-                                       [int(s) for s in x.layout.stride],
+        if isinstance(x, Buffer):  # (at the traced sizes, if they are symbolic)
+            hint = sizevars.current().hint
+            return torch.empty_strided([hint(s) for s in x.layout.size],
+                                       [hint(s) for s in x.layout.stride],
                                        dtype=x.layout.dtype, device="meta")
+        if isinstance(x, sympy.Expr):
+            return sizevars.current().hint(x)
         return x
 
     return torch.utils._pytree.tree_map(convert, tree)

@@ -9,8 +9,9 @@ strides), ``ComputedBuffer`` (a ``Pointwise`` body stored into memory) and ``Ext
 
 Chapter: book/docs/inductor.md ("Loop-level IR").
 
-Sizes, strides and indices are sympy expressions from day one: today they are integers, but
-nothing here assumes so, and dynamic shapes will need no redesign.
+Sizes, strides and indices are sympy expressions from day one: integers for static shapes,
+expressions over size symbols (``s0``, dynamo's, via ``dynamo.shapes``) for dynamic ones;
+``FloorDiv`` is that module's, so expressions from every stage print alike.
 
 [Note: realize]
 A ``Pointwise`` value is a *recipe*, not memory: reading it at index i re-runs its body at i.
@@ -29,32 +30,26 @@ from typing import Any
 
 import sympy
 import torch
+from dynamo.shapes import FloorDiv as FloorDiv  # (re-exported: lowerings use it)
+from dynamo.shapes import sympify as sympify_size
 
-from inductor.virtualized import PrintHandler, V, ops
+from inductor.virtualized import (
+    INDIRECT_PREFIX,
+    PrintHandler,
+    V,
+    indirect_symbol,
+    is_indirect,
+    ops,
+)
 
 Expr = sympy.Expr
 Loader = Callable[[Sequence[Expr]], Any]
 
 
-class FloorDiv(sympy.Function):
-    """``a // b`` for non-negative integers; sympy's ``floor(a / b)`` prints badly in C."""
-
-    is_integer = True
-    is_nonnegative = True
-
-    @classmethod
-    def eval(cls, base: Expr, divisor: Expr) -> Expr | None:
-        if divisor == 1:
-            return base
-        if base == 0:
-            return sympy.Integer(0)
-        if base.is_Integer and divisor.is_Integer:
-            return sympy.Integer(int(base) // int(divisor))
-        return None
-
-
 def sympify_all(values: Sequence[Any]) -> list[Expr]:
-    return [sympy.Integer(v) if isinstance(v, int) else sympy.sympify(v) for v in values]
+    """Sizes as sympy: ints become Integers, symbolic sizes (``torch.SymInt``) their
+    expressions over the size symbols ``s0, s1, ...`` (book/docs/dynamic-shapes.md)."""
+    return [sympify_size(v) for v in values]
 
 
 def contiguous_strides(size: Sequence[Expr]) -> list[Expr]:
@@ -189,7 +184,11 @@ class Buffer(IRNode):
 
 
 # --8<-- [start:reduction-ir]
-REDUCTION_TYPES = ("sum", "prod", "max", "min")
+# argmax/argmin: the int64 position of the first max/min along the one reduced dim, NaN
+# counting as the extreme; welford_mean/welford_m2: the mean and the sum of squared
+# deviations from it, computed together in one pass ([Note: welford] in lowering.py).
+REDUCTION_TYPES = ("sum", "prod", "max", "min", "argmax", "argmin", "welford_mean",
+                   "welford_m2")
 
 
 @dataclasses.dataclass
@@ -215,6 +214,37 @@ class Reduction(Loops):
         value = ops.reduction(self.dtype, self.reduction_type, self.inner_fn(index, rindex))
         ops.store_reduction(name, layout.index(index), value)
 # --8<-- [end:reduction-ir]
+
+
+# --8<-- [start:scatter-ir]
+@dataclasses.dataclass
+class Scatter(Loops):
+    """Values written into a copy of ``base`` at positions read from memory (``scatter``,
+    ``scatter_add``); see [Note: indirect indexing].
+
+    ``ranges`` are the index tensor's; ``inner_fn(index)`` returns ``(position, value)``:
+    the output index, holding an indirect symbol, and the value stored there (``mode`` None)
+    or added to it (``"atomic_add"``: other iterations may add to the same element).
+    ``graph.py`` realizes it as two loops writing one buffer: a copy of ``base``, then a
+    ``ScatterBuffer`` of the same name, so everything that reads the buffer runs after both.
+    """
+
+    device: torch.device
+    dtype: torch.dtype
+    base: IRNode
+    inner_fn: Callable[[Sequence[Expr]], tuple[list[Expr], Any]]
+    ranges: list[Expr]
+    mode: str | None = None
+# --8<-- [end:scatter-ir]
+
+
+@dataclasses.dataclass
+class SizeArg:
+    """A graph input that is a size, not a tensor (a backward graph's saved ``s0``): the
+    wrapper takes it as an int argument. See [Note: sizes as kernel arguments]."""
+
+    name: str
+    expr: Expr
 
 
 class InputBuffer(Buffer):
@@ -249,13 +279,26 @@ class ComputedBuffer(Buffer):
             self.run_body(idx, ridx)
         sizes = ", ".join(map(str, self.layout.size))
         body = "\n".join("    " + line for line in handler.lines)
-        kind, extra = "Pointwise", ""
+        kind, extra = type(self.data).__name__, ""
         if self.is_reduction():
             kind = f"Reduction {self.data.reduction_type}"
             extra = (f", reduction_ranges=[{', '.join(map(str, self.reduction_ranges()))}], "
                      f"rindex=[{', '.join(map(str, ridx))}]")
         return (f"{self.name}: ComputedBuffer({kind}, {self.layout.dtype}, [{sizes}], "
                 f"index=[{', '.join(map(str, idx))}]{extra})\n{body}")
+
+
+@dataclasses.dataclass
+class ScatterBuffer(ComputedBuffer):
+    """The second loop of a ``Scatter``: it writes into the buffer of the same ``name``,
+    which the copy of ``data.base`` made just before. ``layout`` describes its loop (the
+    index tensor's shape), ``target`` the memory it writes."""
+
+    target: Layout = None  # type: ignore[assignment]
+
+    def run_body(self, index: Sequence[Expr], rindex: Sequence[Expr] = ()) -> None:
+        position, value = self.data.inner_fn(index)
+        ops.store(self.name, self.target.index(position), value, self.data.mode)
 
 
 class ExternBuffer(Buffer):
@@ -277,6 +320,9 @@ class _LoadOnly:
 
     def load(self, name: str, index: Expr) -> tuple[str, Expr]:
         return (name, index)
+
+    def indirect_indexing(self, value: Any, size: Any) -> Expr:
+        return indirect_symbol(f"{INDIRECT_PREFIX}0")  # not a view: rejected by as_view
 
     def __getattr__(self, name: str) -> Any:
         return lambda *args, **kwargs: None
@@ -303,7 +349,7 @@ def as_view(value: IRNode, buffers: dict[str, Buffer]) -> ReinterpretView | None
     if not isinstance(loaded, tuple) or loaded[0] not in buffers:
         return None
     base, index = buffers[loaded[0]], sympy.expand(sympy.sympify(loaded[1]))
-    if base.get_dtype() != value.dtype:
+    if base.get_dtype() != value.dtype or is_indirect(index):
         return None
     strides = [sympy.sympify(index.coeff(s)) if isinstance(s, sympy.Symbol)
                else sympy.Integer(1) for s in symbols]

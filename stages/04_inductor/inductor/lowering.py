@@ -31,6 +31,7 @@ from inductor.ir import (
     IRNode,
     Pointwise,
     Reduction,
+    Scatter,
     contiguous_strides,
     flat_index,
     sympify_all,
@@ -164,9 +165,19 @@ def convert_element_type(a: IRNode, dtype: torch.dtype) -> IRNode:
                      list(a.get_size()))
 
 
+def size_value(size: Any, dtype: torch.dtype = torch.int64) -> Any:
+    """A size as a value in a loop body: a constant, or (a symbolic size, dynamic shapes)
+    an ``index_expr`` that the kernel computes from its size arguments."""
+    size = sympy.sympify(size)
+    return ops.constant(int(size), dtype) if size.is_Integer else ops.index_expr(size, dtype)
+
+
 @register_lowering(prims.full)
 def full(shape: Sequence[int], fill_value: Any, *, dtype: torch.dtype,
          device: torch.device) -> IRNode:
+    if isinstance(fill_value, sympy.Expr) and fill_value.free_symbols:  # e.g. a mean's count
+        return Pointwise(torch.device(device), dtype,
+                         lambda index: size_value(fill_value, dtype), sympify_all(shape))
     value = fill_value
     if dtype == torch.bool:
         value = bool(fill_value)
@@ -239,27 +250,228 @@ def make_reduction(reduction_type: str) -> Callable[..., IRNode | None]:
         dims = sorted({d % len(size) for d in dims}) if size else []
         if not dims:
             return a  # nothing to reduce
-        kept = [d for d in range(len(size)) if d not in dims]
-        load = a.make_loader()
-
-        def inner_fn(index: Sequence[Expr], rindex: Sequence[Expr]) -> Any:
-            full: list[Expr] = [sympy.Integer(0)] * len(size)
-            for d, i in zip(kept, index):
-                full[d] = i
-            for d, r in zip(dims, rindex):
-                full[d] = r
-            return load(full)
-
-        ranges, reduction_ranges = [size[d] for d in kept], [size[d] for d in dims]
-        if all(s == 1 for s in reduction_ranges):  # one element per output: a copy
+        result = reduce(a, dims, reduction_type, dtype)
+        if all(s == 1 for s in result.reduction_ranges):  # one element per output: a copy
             zeros = [sympy.Integer(0)] * len(dims)
-            return Pointwise(a.get_device(), dtype, lambda index: inner_fn(index, zeros), ranges)
-        return Reduction(a.get_device(), dtype, inner_fn, ranges, reduction_ranges,
-                         reduction_type)
+            return Pointwise(a.get_device(), dtype,
+                             lambda index: result.inner_fn(index, zeros), result.ranges)
+        return result
 
     return lower
+
+
+def reduce(a: IRNode, dims: Sequence[int], reduction_type: str,
+           dtype: torch.dtype) -> Reduction:
+    """``a`` reduced over ``dims`` (sorted): the output dims are the kept dims, in order,
+    and the body reads ``a`` at an index assembled from the kept and the reduced dims."""
+    size, load = a.get_size(), a.make_loader()
+    kept = [d for d in range(len(size)) if d not in dims]
+
+    def inner_fn(index: Sequence[Expr], rindex: Sequence[Expr]) -> Any:
+        full: list[Expr] = [sympy.Integer(0)] * len(size)
+        for d, i in zip(kept, index):
+            full[d] = i
+        for d, r in zip(dims, rindex):
+            full[d] = r
+        return load(full)
+
+    return Reduction(a.get_device(), dtype, inner_fn, [size[d] for d in kept],
+                     [size[d] for d in dims], reduction_type)
 
 
 for _prim, _type in (("sum", "sum"), ("prod", "prod"), ("amax", "max"), ("amin", "min")):
     register_lowering(prims.PRIMS[_prim].op)(make_reduction(_type))
 # --8<-- [end:lowering-reduction]
+
+
+# --8<-- [start:lowering-arg-reduction]
+def make_arg_reduction(reduction_type: str) -> Callable[..., IRNode | None]:
+    """argmax/argmin over one dim: a ``Reduction`` whose printers track the position of the
+    best element as well as its value (first of ties; NaN counts as the extreme)."""
+
+    def lower(a: IRNode, dim: int) -> IRNode | None:
+        size, dtype = a.get_size(), a.get_dtype()
+        if dtype == torch.bool or not size or any(s == 0 for s in size):
+            return None  # bool, 0-dim and empty inputs: a library call
+        dim = dim % len(size)
+        result = reduce(a, [dim], reduction_type, torch.int64)
+        if size[dim] == 1:  # one candidate: position 0
+            return Pointwise(a.get_device(), torch.int64,
+                             lambda index: ops.constant(0, torch.int64), result.ranges)
+        return result
+
+    return lower
+
+
+for _prim in ("argmax", "argmin"):
+    register_lowering(prims.PRIMS[_prim].op)(make_arg_reduction(_prim))
+# --8<-- [end:lowering-arg-reduction]
+
+
+# --8<-- [start:lowering-welford]
+@register_lowering(prims.PRIMS["mean_m2"].op)
+def mean_m2(a: IRNode, dims: Sequence[int]) -> tuple[IRNode, IRNode] | None:
+    """(mean, m2) over ``dims`` as two reductions of one body.
+
+    [Note: welford]
+    Variance needs the mean before the squared deviations from it, so the two-pass formula
+    reads every row twice; a looped reduction kernel (rows longer than fit in registers)
+    then loops over the row once per pass. Welford's update carries (count, mean, m2) along
+    one pass: ``n += 1; d = x - mean; mean += d / n; m2 += d * (x - mean)``, with none of
+    the cancellation of the textbook one-pass ``sum(x*x) - sum(x)**2 / n``. Each lane of a
+    tile (Triton) or of the split accumulators (C++) runs its own Welford, on its values
+    minus the first one it saw: that shift keeps the numbers near 0, so a mean of 10000
+    with a spread of 1 keeps its digits (the running mean would otherwise round at 10000's
+    precision every step). After the loop the lanes combine as Chan et al. showed: counts
+    add, the mean is the count-weighted mean of the lanes' means, and m2 is the lanes' m2
+    plus ``n_lane * (mean_lane - mean)**2`` each. A persistent Triton kernel has the whole
+    row in registers and does two passes over them, around the row's first element. Where
+    a row holds an infinity the shift makes inf - inf, and the mean is the plain sum / n, as
+    ``mean`` gives (torch.var_mean, a Welford too, says NaN there). Both reductions name the
+    same body; the printers compute it once per kernel.
+    """
+    size, dtype = a.get_size(), a.get_dtype()
+    if not dtype.is_floating_point or any(s == 0 for s in size):
+        return None
+    dims = sorted({d % len(size) for d in dims}) if size else []
+    if not dims or all(size[d] == 1 for d in dims):
+        return None  # nothing to reduce: a library call
+    return (reduce(a, dims, "welford_mean", dtype), reduce(a, dims, "welford_m2", dtype))
+# --8<-- [end:lowering-welford]
+
+
+# --8<-- [start:lowering-slice-cat]
+@register_lowering(prims.iota)
+def iota(length: int, *, start: int, step: int, dtype: torch.dtype,
+         device: torch.device) -> IRNode | None:
+    """``start + step * i``: the loop index itself, as a value (``ops.index_expr``)."""
+    if dtype == torch.bool or not all(isinstance(v, int) for v in (length, start, step)):
+        return None
+    if abs(start) + abs(step) * length >= 2**31:
+        return None  # Triton indexes in int32; such ranges are rare: a library call
+    return Pointwise(torch.device(device), dtype,
+                     lambda index: ops.index_expr(start + step * index[0], dtype),
+                     [sympy.Integer(length)])
+
+
+@register_lowering(prims.slice)
+def slice_(a: IRNode, start_indices: Sequence[int], limit_indices: Sequence[int],
+           strides: Sequence[int]) -> IRNode:
+    """Element i of a dim is input element ``start + stride * i``: a view, like permute."""
+    load = a.make_loader()
+    starts, steps = sympify_all(start_indices), sympify_all(strides)
+    shape = [(limit - start + stride - 1) // stride if limit > start else 0
+             for start, limit, stride in zip(start_indices, limit_indices, strides)]
+
+    def inner_fn(index: Sequence[Expr]) -> Any:
+        return load([s + st * i for s, st, i in zip(starts, steps, index)])
+
+    return Pointwise(a.get_device(), a.get_dtype(), inner_fn, sympify_all(shape))
+
+
+@register_lowering(prims.cat)
+def cat(tensors: Sequence[IRNode], dim: int) -> IRNode | None:
+    """Element i along ``dim`` comes from the input whose range holds i, read at i minus
+    the input's offset: nested ``where``s over the inputs, each read under ``ops.masked``
+    so that no input is ever read outside its own range; see [Note: masked loads]."""
+    inputs = [t for t in tensors if t.get_size()[dim] != 0]
+    if not inputs:
+        return None
+    dtype, loaders = inputs[0].get_dtype(), [t.make_loader() for t in inputs]
+    sizes = [t.get_size()[dim] for t in inputs]
+    starts = [sum(sizes[:k], sympy.Integer(0)) for k in range(len(inputs))]
+    other = False if dtype == torch.bool else 0
+
+    def inner_fn(index: Sequence[Expr]) -> Any:
+        i = ops.index_expr(index[dim], torch.int64)
+
+        def piece(k: int) -> Any:  # input k, read at i - start_k
+            shifted = list(index)
+            shifted[dim] = index[dim] - starts[k]
+            return loaders[k](shifted)
+
+        def inside(k: int) -> Any:  # start_k <= i < start_k + size_k, as far as needed
+            after = ops.ge(i, size_value(starts[k])) if k > 0 else None
+            if k == len(inputs) - 1:
+                return after
+            before = ops.lt(i, size_value(starts[k] + sizes[k]))
+            return before if after is None else ops.bitwise_and(after, before)
+
+        value = piece(0) if len(inputs) == 1 else None
+        for k in reversed(range(len(inputs)) if len(inputs) > 1 else []):
+            mask = inside(k)
+            read = ops.masked(mask, lambda k=k: piece(k), other)
+            value = read if value is None else ops.where(mask, read, value)
+        return value
+
+    size = list(inputs[0].get_size())
+    size[dim] = sum(sizes, sympy.Integer(0))
+    return Pointwise(inputs[0].get_device(), dtype, inner_fn, size)
+# --8<-- [end:lowering-slice-cat]
+
+
+# --8<-- [start:lowering-gather]
+@register_lowering(prims.gather)
+def gather(a: IRNode, dim: int, index: IRNode) -> IRNode | None:
+    """``out[i] = a[i with dim replaced by index[i]]``: an indirect load (embeddings and
+    ``x[idx]`` come here too); see [Note: indirect indexing]."""
+    if index.get_dtype() != torch.int64 or not a.get_size():
+        return None
+    size, load_a, load_index = a.get_size()[dim], a.make_loader(), index.make_loader()
+
+    def inner_fn(idx: Sequence[Expr]) -> Any:
+        position = ops.indirect_indexing(load_index(idx), size)
+        return load_a([position if d == dim else i for d, i in enumerate(idx)])
+
+    return Pointwise(a.get_device(), a.get_dtype(), inner_fn, list(index.get_size()))
+
+
+ATOMIC_ADD_DTYPES = (torch.float32, torch.float64, torch.int32, torch.int64)
+
+
+def make_scatter(mode: str | None) -> Callable[..., IRNode | None]:
+    """``scatter`` (mode None) and ``scatter_add`` ("atomic_add"): a ``Scatter`` over the
+    index tensor, storing (adding) ``src[i]`` at i with dim replaced by ``index[i]``."""
+
+    def lower(a: IRNode, dim: int, index: IRNode, src: IRNode) -> IRNode | None:
+        if index.get_dtype() != torch.int64 or not a.get_size():
+            return None
+        if mode == "atomic_add" and a.get_dtype() not in ATOMIC_ADD_DTYPES:
+            return None  # no atomic add for them in both printers: a library call
+        if any(s == 0 for s in index.get_size()):
+            return None  # nothing scattered: a library call copies
+        size, load_index, load_src = a.get_size()[dim], index.make_loader(), src.make_loader()
+
+        def inner_fn(idx: Sequence[Expr]) -> tuple[list[Expr], Any]:
+            position = ops.indirect_indexing(load_index(idx), size)
+            return [position if d == dim else i for d, i in enumerate(idx)], load_src(idx)
+
+        return Scatter(a.get_device(), a.get_dtype(), a, inner_fn, list(index.get_size()),
+                       mode)
+
+    return lower
+
+
+register_lowering(prims.scatter)(make_scatter(None))
+register_lowering(prims.scatter_add)(make_scatter("atomic_add"))
+# --8<-- [end:lowering-gather]
+
+
+# --8<-- [start:lowering-rand]
+@register_lowering(prims.rand)
+def rand(shape: Sequence[int], seed: IRNode, offset: int, *, dtype: torch.dtype,
+         device: torch.device) -> IRNode | None:
+    """Uniform numbers computed in the kernel from (seed, element, stream) with Philox, so
+    dropout's mask costs no memory traffic; see [Note: philox] in codegen/common.py."""
+    if dtype not in (torch.float32, torch.float64, torch.bfloat16, torch.float16):
+        return None
+    if not isinstance(seed, IRNode) or seed.get_size() or not isinstance(offset, int):
+        return None
+    size, load_seed = sympify_all(shape), seed.make_loader()
+
+    def inner_fn(index: Sequence[Expr]) -> Any:
+        element = ops.index_expr(flat_index(index, size), torch.int64)
+        return ops.rand(load_seed([]), element, offset, dtype)
+
+    return Pointwise(torch.device(device), dtype, inner_fn, size)
+# --8<-- [end:lowering-rand]

@@ -16,7 +16,24 @@ the same ranges and every element the second one reads from the first was comput
 *same* iteration of the fused loop: then no thread waits for another. Whether they should
 (``score_fusion``) is a cost question: each buffer both touch is memory traffic saved (a
 vertical fusion); loops sharing nothing still save a kernel launch (a horizontal fusion).
-We fuse greedily in program order, which can never reorder a read before its write.
+We fuse greedily in program order: each new node joins the best legal group among the
+last few, or starts a group of its own; see [Note: the reorder rule] for which earlier
+groups it may join.
+
+[Note: the reorder rule]
+Joining an earlier group G moves a node back in time: its loop runs inside G's kernel, before
+every group that comes after G. That is legal exactly when nothing the node needs is made
+after G: no group after G (kernel or library call) writes a buffer the node reads. One check
+per buffer is enough, transitively too: anything the node depends on reaches it through a
+buffer it reads, so the last group writing one of those buffers is the earliest group the
+node may join (``last_conflict``). The other hazards concern what the node writes. In a
+functional graph they cannot arise (each buffer is written once, and no group made before
+the node reads its output), with one exception: a scatter's loop writes into the copy made
+just before it (``ir.Scatter``). So the rule also keeps a node after any group that writes
+or reads a buffer the node writes. Reuse of dead buffers is planned by the wrapper *after*
+scheduling, on the final order. Two independent loops over the same space, say the sums for
+a LayerNorm's weight and bias gradients, or two unrelated pointwise outputs, thus become one
+kernel even when other kernels run between them in program order (a horizontal fusion).
 
 [Note: reduction fusion]
 A reduction kernel loops over a 2-D space: x, the output elements (rows), and r, the reduced
@@ -39,8 +56,8 @@ from collections.abc import Sequence
 
 import sympy
 
-from inductor.ir import ComputedBuffer, FallbackKernel, index_vars
-from inductor.virtualized import ReadWritesHandler, V
+from inductor.ir import ComputedBuffer, FallbackKernel, FloorDiv, index_vars
+from inductor.virtualized import ReadWritesHandler, V, is_indirect
 
 MAX_FUSED_NODES = 64  # past this a kernel gets hard to read and to compile; see score_fusion
 Space = tuple[list[sympy.Expr], list[sympy.Expr]]  # (x sizes, r sizes) a kernel loops over
@@ -49,6 +66,42 @@ Space = tuple[list[sympy.Expr], list[sympy.Expr]]  # (x sizes, r sizes) a kernel
 def space_symbols(space: Space) -> tuple[list[sympy.Expr], list[sympy.Expr]]:
     """The kernel-space index symbols: ``i*`` over the output rows, ``j*`` over reduced dims."""
     return index_vars(space[0], "i"), index_vars(space[1], "j")
+
+
+def space_ranges(space: Space) -> dict[sympy.Symbol, sympy.Expr]:
+    """Each kernel-space symbol with its loop's size (what ``simplify_index`` may assume)."""
+    symbols = [*space_symbols(space)[0], *space_symbols(space)[1]]
+    return {sym: size for sym, size in zip(symbols, [*space[0], *space[1]])
+            if isinstance(sym, sympy.Symbol)}
+
+
+def _upper_bound(expr: sympy.Expr, ranges: dict[sympy.Symbol, sympy.Expr]) -> sympy.Expr | None:
+    """The largest value of ``expr`` over the loops, if it is a sum of loop symbols with
+    non-negative integer coefficients plus a non-negative constant; else None."""
+    expr = sympy.expand(expr)
+    if not expr.free_symbols <= ranges.keys():
+        return None
+    coeffs = {sym: expr.coeff(sym) for sym in expr.free_symbols}
+    rest = sympy.expand(expr - sum(c * sym for sym, c in coeffs.items()))
+    if not (rest.is_Integer and rest >= 0 and all(c.is_Integer and c >= 0
+                                                   for c in coeffs.values())):
+        return None
+    return rest + sum(c * (ranges[sym] - 1) for sym, c in coeffs.items())
+
+
+def simplify_index(expr: sympy.Expr, ranges: dict[sympy.Symbol, sympy.Expr]) -> sympy.Expr:
+    """``expr`` without the ``%`` and ``//`` that cannot change a value inside the loops'
+    ranges: ``i % 16`` is ``i`` and ``i // 16`` is 0 when ``0 <= i < 16`` (a reshape's
+    index, say). Then "reads the element this iteration wrote" is seen for what it is."""
+    expr = sympy.sympify(expr)
+    if not expr.args:
+        return expr
+    expr = expr.func(*[simplify_index(arg, ranges) for arg in expr.args])
+    if isinstance(expr, (sympy.Mod, FloorDiv)) and expr.args[1].is_Integer:
+        upper = _upper_bound(expr.args[0], ranges)
+        if upper is not None and upper.is_Integer and upper < expr.args[1]:
+            return expr.args[0] if isinstance(expr, sympy.Mod) else sympy.Integer(0)
+    return expr
 
 
 def _non_one(sizes: Sequence[sympy.Expr]) -> list[sympy.Expr]:
@@ -82,6 +135,7 @@ class SchedulerNode:
     reads: list[tuple[str, sympy.Expr]]
     writes: list[tuple[str, sympy.Expr]]
     op_names: list[str]
+    origins: list = dataclasses.field(default_factory=list)  # the prims-graph nodes (fx.Node)
     _accesses: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -140,6 +194,10 @@ class SchedulerNode:
             handler = ReadWritesHandler()
             with V.set_ops_handler(handler):
                 self.run(self.place(space))
+            ranges = space_ranges(space)
+            handler.reads = [(name, simplify_index(i, ranges)) for name, i in handler.reads]
+            handler.writes = [(name, simplify_index(i, ranges)) for name, i in handler.writes]
+            handler.indices = [simplify_index(i, ranges) for i in handler.indices]
             self._accesses[key] = handler
         return self._accesses[key]
 
@@ -213,8 +271,8 @@ def can_fuse(group: FusedGroup, node: SchedulerNode) -> tuple[bool, str]:
         return False, (f"different loop ranges {[list(r) for r in node.own_space() if r]} vs "
                        f"{[list(r) for r in group.space if r]}")
     written = group.written(space)
-    for name, index in node.accesses(space).reads:
-        if name in written and index != written[name]:
+    for name, index in node.accesses(space).reads:  # [Note: indirect indexing]: data decides
+        if name in written and (index != written[name] or is_indirect(index)):
             return False, (f"reads {name} at {index} but it is written at {written[name]}: "
                            f"another iteration's element")
     return True, "same loops, same-element dependencies only"
@@ -230,37 +288,118 @@ def score_fusion(group: FusedGroup, node: SchedulerNode) -> int:
 # --8<-- [end:can-fuse]
 
 
+def same_loops(group: FusedGroup, node: SchedulerNode) -> bool:
+    """Could ``node`` share ``group``'s loops at all? (A cheap first look at earlier groups;
+    ``can_fuse`` has the final word.)"""
+    space = space_with(group.nodes, node)
+    return (node.device == group.device and node.place(space) is not None
+            and None not in group.placements(space))
+
+
+def _members(group: FusedGroup) -> str:
+    return "[" + ", ".join(n.name for n in group.nodes) + "]"
+
+
+HORIZONTAL_WINDOW = 32  # groups looked back over for a horizontal fusion (compile time)
+
+
+# --8<-- [start:scheduler-add]
 class Scheduler:
     """Groups operations into kernels (see the module docstring)."""
 
-    def __init__(self, operations: list, output_names: set[str]) -> None:
+    def __init__(self, operations: list, output_names: set[str],
+                 origins: dict[str, list] | None = None) -> None:
         self.groups: list[FusedGroup | ExternNode] = []
         self.log: list[str] = []
+        self.origins = origins or {}  # buffer name -> the prims-graph nodes it computes
         for op in operations:
             self.add(op)
         self.removed = self.find_removed(output_names)
 
     def add(self, op: ComputedBuffer | FallbackKernel) -> None:
+        """Put ``op`` into the best legal group in reach, or into a new one."""
         if isinstance(op, FallbackKernel):
             self.groups.append(ExternNode(op))
             self.log.append(f"{op.name} ({op.op}): library call, not fused")
             return
         node = SchedulerNode.analyse(op)
-        last = self.groups[-1] if self.groups else None
-        if isinstance(last, FusedGroup):
-            members = ", ".join(n.name for n in last.nodes)
-            legal, reason = can_fuse(last, node)
-            score = score_fusion(last, node) if legal else 0
-            if legal and score > 0:
-                consumes = {name for name, _ in node.reads} & set(last.written())
-                kind = "vertical" if consumes else "horizontal"
-                last.nodes.append(node)
-                self.log.append(f"fuse {node.name} into [{members}]: {kind}, score {score}; "
-                                f"{reason}")
+        node.origins = list(self.origins.get(node.name, []))
+        barrier = self.last_conflict(node)  # [Note: the reorder rule]
+        first = max(barrier, len(self.groups) - HORIZONTAL_WINDOW, 0)
+        best, best_score, best_reason = None, 0, ""
+        for gid in range(len(self.groups) - 1, first - 1, -1):
+            group = self.groups[gid]
+            last = gid == len(self.groups) - 1
+            if not isinstance(group, FusedGroup) or not (last or same_loops(group, node)):
+                continue
+            legal, reason = can_fuse(group, node)
+            score = score_fusion(group, node) if legal else 0
+            if score > best_score:
+                best, best_score, best_reason = gid, score, reason
+            elif last or not legal:
+                why = reason if not legal else "score 0 (group full)"
+                self.log.append(f"{node.name} not fused with {_members(group)}"
+                                f"{'' if last else ' (earlier)'}: {why}")
+        if best is None:
+            self.log_reorder_rule(node, barrier)
+            self.groups.append(FusedGroup([node]))
+            return
+        self.fuse(node, best, best_score, best_reason)
+
+    def last_conflict(self, node: SchedulerNode) -> int:
+        """The last group that writes a buffer ``node`` reads or writes, or reads one it
+        writes: the earliest group ``node`` may join ([Note: the reorder rule]); -1 if there
+        is none within ``HORIZONTAL_WINDOW``."""
+        reads = {name for name, _ in node.reads}
+        writes = {name for name, _ in node.writes}
+        for gid in range(len(self.groups) - 1, max(-1, len(self.groups) - HORIZONTAL_WINDOW - 1),
+                         -1):
+            group = self.groups[gid]
+            if self.writes_of(group) & (reads | writes) or self.reads_of(group) & writes:
+                return gid
+        return -1
+
+    def fuse(self, node: SchedulerNode, gid: int, score: int, reason: str) -> None:
+        """Add ``node`` to group ``gid`` and log it: vertical if it reads what the group
+        writes, else horizontal."""
+        group = self.groups[gid]
+        consumes = {name for name, _ in node.reads} & set(group.written())
+        kind = "vertical" if consumes else "horizontal"
+        later = len(self.groups) - 1 - gid
+        moved = f", moved back past {later} later group(s)" if later else ""
+        self.log.append(f"fuse {node.name} into {_members(group)}: {kind}, score {score}"
+                        f"{moved}; {reason}")
+        group.nodes.append(node)
+
+    def log_reorder_rule(self, node: SchedulerNode, barrier: int) -> None:
+        """Say so when a group with the same loops is out of reach because group ``barrier``,
+        after it, writes what ``node`` reads (or touches what it writes): the reorder rule."""
+        reads = {name for name, _ in node.reads}
+        writes = {name for name, _ in node.writes}
+        for gid in range(barrier - 1, max(-1, len(self.groups) - HORIZONTAL_WINDOW - 1), -1):
+            group = self.groups[gid]
+            if isinstance(group, FusedGroup) and same_loops(group, node):
+                blocker = self.groups[barrier]
+                needs = sorted(reads & self.writes_of(blocker))
+                touched = sorted(writes & (self.writes_of(blocker) | self.reads_of(blocker)))
+                why = (f"reads {', '.join(needs)}, written after that kernel" if needs else
+                       f"writes {', '.join(touched)}, also used after that kernel")
+                self.log.append(f"{node.name} not fused with {_members(group)} (earlier): it "
+                                f"{why} (the reorder rule)")
                 return
-            why = reason if not legal else "score 0 (group full)"
-            self.log.append(f"{node.name} not fused with [{members}]: {why}")
-        self.groups.append(FusedGroup([node]))
+
+    @staticmethod
+    def writes_of(group: FusedGroup | ExternNode) -> set[str]:
+        if isinstance(group, ExternNode):
+            return {out.name for out in group.kernel.buffers()}
+        return {name for node in group.nodes for name, _ in node.writes}
+
+    @staticmethod
+    def reads_of(group: FusedGroup | ExternNode) -> set[str]:
+        if isinstance(group, ExternNode):
+            return set(group.kernel.input_names())
+        return group.read_names()
+# --8<-- [end:scheduler-add]
 
     def find_removed(self, output_names: set[str]) -> set[str]:
         """Buffers written and read only inside one kernel need no memory at all."""

@@ -13,8 +13,24 @@ function that, when called with symbolic indices, calls ``ops.<name>(...)``. Whi
 answers those calls is decided by whoever runs the function, through ``V.set_ops_handler``.
 This is define-by-run: the IR needs no expression tree, and a new backend is a new handler.
 The handler API (``load``, ``store``, ``constant``, ``to_dtype``, ``index_expr``, ``where``,
-``reduction``, ``store_reduction`` and one method per elementwise prim) is the whole contract
-between the IR and codegen.
+``reduction``, ``store_reduction``, ``masked``, ``indirect_indexing``, ``rand`` and one method
+per elementwise prim) is the whole contract between the IR and codegen.
+
+[Note: indirect indexing]
+An index expression is normally a function of the loop indices alone, so the scheduler can
+tell which element an iteration touches. ``gather``, ``scatter`` and embeddings address
+memory with *data*: ``ops.indirect_indexing(value, size)`` turns a loaded int64 value into a
+sympy symbol (``indirect0``, ...) that index expressions use like a loop index, so views
+(permute, reshape, broadcast) compose with it as they do with any index. Three rules follow.
+The scheduler cannot know which element an indirect access touches, so ``can_fuse`` never
+takes one for "the element this iteration wrote". A store at an indirect index leaves the
+other elements as they were, so it also counts as a read of the buffer it writes (that keeps
+it after the buffer's initial copy). And the value must lie in ``[0, size)``: torch raises
+otherwise. Our kernels mask every access through an out-of-range index (a load gives 0, a
+store is skipped), so a bad index never touches memory outside the tensor; with
+``MINIPT2_DEBUG_ASSERTS=1`` they check instead and stop, as torch does (Triton:
+``tl.device_assert``; the interpreter and C++: an error naming the index). Negative indices
+are errors for these prims, as in torch; ``x[idx]`` wraps them in its decomposition.
 """
 
 from __future__ import annotations
@@ -76,6 +92,18 @@ ops = _OpsProxy()
 V = _V()
 # --8<-- [end:ops-handler]
 
+INDIRECT_PREFIX = "indirect"  # the names of symbols that stand for loaded index values
+
+
+def indirect_symbol(name: str) -> sympy.Symbol:
+    """The symbol for a loaded index value; see [Note: indirect indexing]."""
+    return sympy.Symbol(name, integer=True, nonnegative=True)
+
+
+def is_indirect(index: Any) -> bool:
+    """Whether ``index`` depends on a loaded value (data), not only on loop indices."""
+    return any(s.name.startswith(INDIRECT_PREFIX) for s in sympy.sympify(index).free_symbols)
+
 
 class PrintHandler:
     """Records each ``ops`` call as a line ``tmpN = ops.name(args)``; used for ``loop_ir``.
@@ -86,6 +114,7 @@ class PrintHandler:
     def __init__(self) -> None:
         self.lines: list[str] = []
         self._counter = itertools.count()
+        self._indirect = itertools.count()
 
     def _emit(self, text: str) -> str:
         name = f"tmp{next(self._counter)}"
@@ -95,8 +124,20 @@ class PrintHandler:
     def load(self, name: str, index: sympy.Expr) -> str:
         return self._emit(f"ops.load({name}, {index})")
 
-    def store(self, name: str, index: sympy.Expr, value: str) -> None:
-        self.lines.append(f"ops.store({name}, {index}, {value})")
+    def store(self, name: str, index: sympy.Expr, value: str, mode: str | None = None) -> None:
+        how = f", {mode!r}" if mode else ""
+        self.lines.append(f"ops.store({name}, {index}, {value}{how})")
+
+    def masked(self, mask: str, body: Any, other: Any) -> str:
+        start = len(self.lines)
+        value = body()
+        self.lines[start:] = ["    " + line for line in self.lines[start:]]
+        return self._emit(f"ops.masked({mask}, {value}, {other!r})")
+
+    def indirect_indexing(self, value: str, size: Any) -> sympy.Symbol:
+        name = f"{INDIRECT_PREFIX}{next(self._indirect)}"
+        self.lines.append(f"{name} = ops.indirect_indexing({value}, {size})")
+        return indirect_symbol(name)
 
     def store_reduction(self, name: str, index: sympy.Expr, value: str) -> None:
         self.lines.append(f"ops.store_reduction({name}, {index}, {value})")
@@ -130,14 +171,25 @@ class ReadWritesHandler:
         self.indices: list[sympy.Expr] = []
         self.op_names: list[str] = []
         self.op_count = 0
+        self._indirect = itertools.count()
 
     def load(self, name: str, index: sympy.Expr) -> None:
         self.reads.append((name, index))
         self.indices.append(index)
 
-    def store(self, name: str, index: sympy.Expr, value: Any) -> None:
+    def store(self, name: str, index: sympy.Expr, value: Any, mode: str | None = None) -> None:
         self.writes.append((name, index))
         self.indices.append(index)
+        if is_indirect(index):  # the other elements stay: a read of the buffer too
+            self.reads.append((name, index))
+            self.op_names.append("scatter_add" if mode == "atomic_add" else "scatter")
+
+    def masked(self, mask: Any, body: Any, other: Any) -> None:
+        body()
+
+    def indirect_indexing(self, value: Any, size: Any) -> sympy.Symbol:
+        self.op_names.append("indirect")
+        return indirect_symbol(f"{INDIRECT_PREFIX}{next(self._indirect)}")
 
     def store_reduction(self, name: str, index: sympy.Expr, value: Any) -> None:
         self.store(name, index, value)

@@ -35,7 +35,7 @@ def test_chain_is_one_kernel(target):
     assert_close(out, chain_eager(x, y))
     assert list(compiled.artifacts) == ["prims_graph", "loop_ir", "fusion",
                                         *[k for k in compiled.artifacts if "kernels/" in k],
-                                        "wrapper"]
+                                        "wrapper", "timing"]
 
 
 @pytest.mark.parametrize("target", TARGETS)

@@ -13,6 +13,7 @@ Chapter: book/docs/dynamo.md ("Wrapping inputs", "Guards").
 from __future__ import annotations
 
 import functools
+import re
 import types
 from typing import TYPE_CHECKING, Any
 
@@ -24,10 +25,12 @@ from ..guards import (
     Guard,
     literal,
     make_constant_guards,
+    make_dynamic_tensor_guards,
     make_identity_guard,
     make_tensor_guards,
     make_type_guard,
 )
+from ..shapes import MARK_ATTR, SymTypes, symbolic_meta
 from .base import VariableTracker
 from .builtin import BuiltinVariable, has_special_case, is_pure
 from .constant import ConstantVariable, SymNumberVariable, is_literal
@@ -37,6 +40,7 @@ from .functions import FunctoolsPartialVariable, UserFunctionVariable, UserMetho
 from .lists import ListVariable, NamedTupleVariable, TupleVariable
 from .misc import PythonModuleVariable, TypeVariable
 from .nn_module import NNModuleVariable
+from .sym_node import SymNodeVariable
 from .tensor import TensorVariable
 from .torch import TorchFunctionVariable
 from .user_defined import UserDefinedClassVariable, UserObjectVariable
@@ -135,14 +139,50 @@ def wrap_tensor(output: OutputGraph, value: torch.Tensor, source: str) -> Variab
     if same is not None:  # one tensor reached twice (tied weights, x passed twice)
         output.add_guards([Guard(source, "ALIAS", f"{source} is {same.source}")])
         return same
-    output.add_guards(make_tensor_guards(source, value))
+    dims = dynamic_dims(output, value, source)
+    if dims:  # book/docs/dynamic-shapes.md
+        example = symbolic_meta(output.shape_env, value, source, dims)
+        output.add_guards(make_dynamic_tensor_guards(source, value, example))
+    else:
+        output.add_guards(make_tensor_guards(source, value))
+        example = meta_copy(value)
     proxy = output.add_graph_input(source, value)
-    example = meta_copy(value)
     proxy.node.meta["example_value"] = example
     tensor_vt = TensorVariable(proxy, example, value.device, type(value), source=source)
     output.input_tensors[id(value)] = tensor_vt
     return tensor_vt
 # --8<-- [end:wrap-tensor]
+
+
+# --8<-- [start:dynamic-dims]
+def dynamic_dims(output: OutputGraph, value: torch.Tensor, source: str) -> set[int]:
+    """Which dims of this input get a symbolic size ([Note: automatic dynamic]).
+
+    ``dynamic=False``: none. Dims marked with ``mark_dynamic``: those. ``dynamic=True``: every
+    dim of a tensor the caller passed in (not parameters or other module state: those rarely
+    change size). ``dynamic=None`` (the default): the dims whose size differs from the one
+    an earlier compile of this code saw, which ``output.frame_state`` remembers.
+    """
+    if output.dynamic is False:
+        return set()
+    dims = set(getattr(value, MARK_ATTR, ()))
+    if output.dynamic is True and _is_argument(source) and type(value) is torch.Tensor:
+        dims |= set(range(value.ndim))
+    seen = output.frame_state.get(source)
+    if seen is not None and len(seen) == value.ndim:
+        dims |= {d for d, n in enumerate(seen) if n is None or n != value.shape[d]}
+        output.frame_state[source] = tuple(None if d in dims else n
+                                           for d, n in enumerate(value.shape))
+    else:
+        output.frame_state[source] = tuple(value.shape)
+    return {d for d in dims if d < value.ndim}
+# --8<-- [end:dynamic-dims]
+
+
+def _is_argument(source: str) -> bool:
+    """``x``, ``xs[0]``, ``d['k']``: reached from an argument without an attribute."""
+    return re.fullmatch(r"[A-Za-z_]\w*(\[(\d+|'[^']*'|\"[^\"]*\")\])*", source) is not None \
+        and not source.startswith(("G[", "C["))
 
 
 def meta_copy(value: torch.Tensor) -> torch.Tensor:
@@ -239,6 +279,16 @@ def wrap_fx_proxy(
     if isinstance(example, (tuple, list)) and any(isinstance(e, torch.Tensor) for e in example):
         items = tuple(wrap_fx_proxy(output, proxy[i], e, device) for i, e in enumerate(example))
         return TupleVariable(items) if isinstance(example, tuple) else ListVariable(items)
+    if isinstance(example, SymTypes):  # a size, symbolic: book/docs/dynamic-shapes.md
+        proxy.node.meta["example_value"] = example
+        if example.node.is_constant():
+            output.graph.erase_node(proxy.node)
+            return ConstantVariable(example.node.pytype(example.node.expr))
+        return SymNodeVariable(proxy, example)
+    if isinstance(example, (tuple, list)) and any(isinstance(e, SymTypes) for e in example):
+        proxy.node.meta["example_value"] = example  # x.size() with symbolic dims
+        return TupleVariable(tuple(wrap_fx_proxy(output, proxy[i], e, device)
+                                   for i, e in enumerate(example)))
     if example is None:
         return ConstantVariable(None)  # keep the node: an op returning None acts by side effect
     if is_literal(example):

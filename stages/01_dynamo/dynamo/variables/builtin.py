@@ -19,6 +19,8 @@ import math
 import operator
 from typing import TYPE_CHECKING, Any
 
+import torch
+
 from ..exc import UserErrorInTrace, unimplemented
 from .base import VariableTracker
 from .constant import ConstantVariable, SymNumberVariable, fold, sym_operator
@@ -26,6 +28,7 @@ from .dicts import ConstDictVariable, SetVariable, as_dict_items
 from .functions import FunctoolsPartialVariable
 from .iter import ITERATOR_BUILTINS, get_iter
 from .lists import BaseListVariable, ListVariable, TupleVariable, contains
+from .sym_node import is_sym
 from .tensor import TensorVariable
 
 if TYPE_CHECKING:
@@ -85,6 +88,10 @@ class BuiltinVariable(VariableTracker):
         kwargs: dict[str, VariableTracker],
     ) -> VariableTracker:
         fn = self.value
+        if any(is_sym(a) for a in [*args, *kwargs.values()]):
+            result = _sym_call(tx, fn, args, kwargs)
+            if result is not None:
+                return result
         special = _SPECIAL_CASES.get(fn)
         if special is not None:
             result = special(tx, *args, **kwargs)
@@ -113,6 +120,40 @@ class BuiltinVariable(VariableTracker):
 
 def _name(fn: Any) -> str:
     return getattr(fn, "__name__", repr(fn))
+
+
+# Callables that stay symbolic on sizes: a graph node computes them from the inputs' sizes
+# at run time (book/docs/dynamic-shapes.md, "Sizes in the graph").
+_SYM_CALLABLES = frozenset({
+    operator.add, operator.sub, operator.mul, operator.floordiv, operator.mod,
+    operator.truediv, operator.pow, operator.neg, operator.pos, operator.abs, abs,
+    operator.lt, operator.le, operator.eq, operator.ne, operator.gt, operator.ge,
+    operator.iadd, operator.isub, operator.imul, operator.ifloordiv, operator.imod,
+})
+_SYM_MAX_MIN = {max: torch.sym_max, min: torch.sym_min}
+
+
+def _sym_call(tx: InstructionTranslator, fn: Any, args: list[VariableTracker],
+              kwargs: dict[str, VariableTracker]) -> VariableTracker | None:
+    """A builtin applied to a symbolic size; None continues with the general rules
+    (which specialise the size if they need its value)."""
+    if any(isinstance(a, TensorVariable) for a in args) or kwargs:
+        return None
+    if fn in _SYM_CALLABLES and all(is_sym(a) or _is_number(a) for a in args):
+        return tx.output.create_op("call_function", fn, args, {})
+    if fn is int and len(args) == 1 and args[0].python_type() is int:
+        return args[0]
+    if fn in _SYM_MAX_MIN and len(args) == 2 and all(
+            is_sym(a) and a.python_type() is int or _is_number(a) for a in args):
+        return tx.output.create_op("call_function", _SYM_MAX_MIN[fn], args, {})
+    if is_pure(fn) and all(a.is_python_constant() or is_sym(a) for a in args):
+        # round(n / 3), range(n), ...: the value is needed now, so the size is specialised
+        return fold(fn, *[a.as_python_constant() for a in args])
+    return None
+
+
+def _is_number(value: VariableTracker) -> bool:
+    return isinstance(value, ConstantVariable) and type(value.value) in (int, float, bool)
 
 
 # Special cases return a tracker, or None to continue with the general rule.
@@ -176,7 +217,7 @@ def _is(tx: InstructionTranslator, a: VariableTracker, b: VariableTracker, negat
 
 
 def _eq(tx, a, b, negate=False):
-    if isinstance(a, TensorVariable) or isinstance(b, TensorVariable):
+    if isinstance(a, TensorVariable) or isinstance(b, TensorVariable) or is_sym(a) or is_sym(b):
         return None
     if a.is_python_constant() and b.is_python_constant():
         return None
@@ -201,6 +242,13 @@ def _bool(tx, value=None):
 
 
 # --8<-- [start:builtin-len]
+def _len_or_size(tx: InstructionTranslator, obj: VariableTracker):
+    """``len(x)`` of a tensor whose first dim is symbolic is ``x.size(0)``, symbolic too."""
+    if isinstance(obj, TensorVariable) and obj.has_symbolic_dim(0):
+        return obj.call_method(tx, "size", [ConstantVariable(0)], {})
+    return _len(tx, obj)
+
+
 def _len(tx: InstructionTranslator, obj: VariableTracker):
     """``len(obj)``: a container asks itself; a tensor or a constant takes the general rule."""
     # BEGIN EXERCISE dynamo-builtin-len: answer len() for containers, defer for tensors/constants
@@ -355,7 +403,7 @@ _SPECIAL_CASES = {
     operator.not_: _not,
     operator.truth: _bool,
     bool: _bool,
-    len: _len,
+    len: _len_or_size,
     tuple: _sequence(TupleVariable),
     list: _sequence(ListVariable),
     dict: _dict,

@@ -19,6 +19,7 @@ import torch
 import torch.fx
 
 from ..exc import UserErrorInTrace, unimplemented
+from ..shapes import SymTypes, has_symbolic_sizes
 from .base import VariableTracker
 from .constant import ConstantVariable
 from .misc import MethodVariable
@@ -68,8 +69,10 @@ class TensorVariable(VariableTracker):
         return self.example
 
     def var_getattr(self, tx: InstructionTranslator, name: str) -> VariableTracker:
+        if name == "shape" and has_symbolic_sizes(self.example):
+            return self.call_method(tx, "size", [], {})  # a tuple of symbolic sizes
         if name in _CONSTANT_ATTRS:
-            return ConstantVariable(getattr(self.example, name))
+            return ConstantVariable(_specialized(getattr(self.example, name)))
         if name in _DEVICE_ATTRS:
             return ConstantVariable(_DEVICE_ATTRS[name](self.device))
         if name in _TENSOR_ATTRS:
@@ -97,6 +100,9 @@ class TensorVariable(VariableTracker):
             return ConstantVariable(-1 if self.device.type == "cpu" else self.device.index)
         return tx.output.create_op("call_method", name, [self, *args], kwargs)
 
+    def has_symbolic_dim(self, dim: int) -> bool:
+        return self.example.ndim > dim and isinstance(self.example.shape[dim], torch.SymInt)
+
     def unpack(self, tx: InstructionTranslator) -> list[VariableTracker]:
         if self.example.ndim == 0:
             raise UserErrorInTrace(TypeError("iteration over a 0-d tensor"))
@@ -112,3 +118,11 @@ class TensorVariable(VariableTracker):
     def __repr__(self) -> str:
         shape = tuple(self.example.shape)
         return f"TensorVariable({self.proxy.node.name}, {self.example.dtype}, {shape})"
+
+
+def _specialized(value: Any) -> Any:
+    """A metadata attribute that depends on a symbolic size (``x.nbytes``) as a constant:
+    the size is guarded to its hint, so the constant is right whenever the graph is reused."""
+    if not isinstance(value, SymTypes):
+        return value
+    return value.node.guard_bool() if value.node.pytype is bool else value.node.guard_int()

@@ -132,13 +132,13 @@ def arange_start_step(start: Number, end: Number, step: Number = 1, *, dtype=Non
         floats = any(isinstance(v, float) for v in (start, end, step))
         dtype = torch.get_default_dtype() if floats else torch.int64
     device = torch.device(device) if device is not None else torch.get_default_device()
-    length = max(math.ceil((end - start) / step), 0)
+    length = _length(start, end, step)
     if not dtype.is_floating_point:
         # integer results: eager truncates start and step (and, for int64 only, also end
         # before it computes the length)
         start, step = int(start), int(step)
         if dtype == torch.int64:
-            length = max(math.ceil((int(end) - start) / step), 0)
+            length = _length(start, end if _is_int(end) else int(end), step)
     if all(isinstance(v, int) for v in (start, step)):
         return iota(length, start=start, step=step, dtype=dtype, device=device)
     wide = torch.float64 if dtype in (torch.float64, torch.float32) else torch.float32
@@ -147,6 +147,19 @@ def arange_start_step(start: Number, end: Number, step: Number = 1, *, dtype=Non
                     full([length], start, wide, device))
     return to_dtype(out, dtype)
 # --8<-- [end:arange]
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, (int, torch.SymInt))
+
+
+def _length(start: Number, end: Number, step: Number):
+    """How many of start, start + step, ... lie before end. In integer arithmetic when the
+    bounds are integers, so that a symbolic ``end`` (``arange(x.shape[1])``) gives a
+    symbolic length instead of being specialised (book/docs/dynamic-shapes.md)."""
+    if _is_int(start) and _is_int(end) and isinstance(step, int) and step > 0:
+        return torch.sym_max((end - start + step - 1) // step, 0)
+    return max(math.ceil((end - start) / step), 0)
 
 
 @register_decomposition(aten.arange.start)

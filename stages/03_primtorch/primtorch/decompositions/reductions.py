@@ -105,21 +105,26 @@ def amin(a: torch.Tensor, dim: Dims = (), keepdim: bool = False) -> torch.Tensor
     return _minmax(prims.amin, a, dim, keepdim)
 
 
-@register_decomposition(aten.var.correction)
-def var(a: torch.Tensor, dim: Dims = None, *, correction=None, keepdim: bool = False):
-    """sum((a - mean(a))**2) / (N - correction), the two-pass formula."""
-    dims = canonicalize_dims(a.dim(), dim)
+def _var_and_mean(a: torch.Tensor, dims: list[int], correction, keepdim: bool):
+    """(m2 / (N - correction), mean) in a's dtype, from one ``mean_m2`` (which compiled
+    kernels compute in one pass: Welford)."""
     correction = 1 if correction is None else correction
-    x = to_dtype(a, computation_dtype(a.dtype))
-    total = prims.sum(x, dims)
-    mean = prims.div(total, scalar_like(total, reduced_count(a.shape, dims)))
-    diff = prims.sub(x, broadcast_to(restore_dims(mean, a.shape, dims), a.shape))
-    total = prims.sum(prims.mul(diff, diff), dims)
+    mean, m2 = prims.mean_m2(to_dtype(a, computation_dtype(a.dtype)), dims)
     # max(.., 0): with no elements eager gives nan (0 / 0), not 0 / -1
     denominator = max(reduced_count(a.shape, dims) - correction, 0)
-    out = prims.div(total, scalar_like(total, denominator))
-    out = to_dtype(out, a.dtype)
-    return restore_dims(out, a.shape, dims) if keepdim else out
+    out = to_dtype(prims.div(m2, scalar_like(m2, denominator)), a.dtype)
+    mean = to_dtype(mean, a.dtype)
+    if keepdim:
+        return restore_dims(out, a.shape, dims), restore_dims(mean, a.shape, dims)
+    return out, mean
+
+
+@register_decomposition(aten.var.correction)
+def var(a: torch.Tensor, dim: Dims = None, *, correction=None, keepdim: bool = False):
+    """sum((a - mean(a))**2) / (N - correction)."""
+    if not a.dtype.is_floating_point:
+        return NotImplemented  # eager raises for integers; let it say so
+    return _var_and_mean(a, canonicalize_dims(a.dim(), dim), correction, keepdim)[0]
 
 
 def _shifted(x: torch.Tensor, dim: int) -> torch.Tensor:
@@ -331,8 +336,9 @@ def std(a: torch.Tensor, dim: Dims = None, *, correction=None, keepdim: bool = F
 
 @register_decomposition(aten.var_mean.correction)
 def var_mean(a: torch.Tensor, dim: Dims = None, *, correction=None, keepdim: bool = False):
-    return var(a, dim, correction=correction, keepdim=keepdim), _mean(
-        a, canonicalize_dims(a.dim(), dim), keepdim, None)
+    if not a.dtype.is_floating_point:
+        return NotImplemented
+    return _var_and_mean(a, canonicalize_dims(a.dim(), dim), correction, keepdim)
 
 
 @register_decomposition(aten.std_mean.correction)

@@ -13,6 +13,19 @@ A kernel iterates over a flat position and must recover per-dim indices with ``/
 as one of size n_a * n_b when every index expression in the kernel is linear in both with
 coefficient(a) == coefficient(b) * n_b: then c_b * (n_b * a + b) is just c_b * y. A fully
 contiguous elementwise kernel collapses to a single index, and the loads become ``ptr[x0]``.
+
+[Note: masked loads]
+Some values exist only for part of a loop: input k of a ``cat`` holds the elements whose
+index along the cat dim lies in its own range, and an element of a ``gather`` exists only
+if the index it loaded is in range. Computing such a value elsewhere must not read memory:
+``x[i - 5]`` at i = 0 is another tensor's memory, or none. ``ops.masked(mask, body, other)``
+says so: where ``mask`` is false the result is ``other`` and the body's loads do not happen.
+Triton runs every lane of a block in lock step, so the body is straight-line code whose
+loads carry the mask (``tl.load(ptr, xmask & tmp3)``: masked lanes touch no memory) and a
+``tl.where`` picks the result. C++ runs one element at a time and may branch: the body goes
+inside ``if (mask) { ... }`` (gcc still vectorises such loops with masked loads where it
+can). An indirect index works the same way without a region: every access through it is
+masked by its in-range condition; see [Note: indirect indexing] in virtualized.py.
 """
 
 from __future__ import annotations
@@ -20,7 +33,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import itertools
-import math
+import os
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -29,8 +42,15 @@ import torch
 from primtorch import prims
 
 from inductor.ir import FloorDiv, index_vars
-from inductor.scheduler import FusedGroup, Placement, SchedulerNode
-from inductor.virtualized import V
+from inductor.scheduler import (
+    FusedGroup,
+    Placement,
+    SchedulerNode,
+    simplify_index,
+    space_ranges,
+)
+from inductor.sizevars import size_symbols
+from inductor.virtualized import INDIRECT_PREFIX, V, indirect_symbol, is_indirect
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,7 +69,7 @@ class IndexPlan:
     """The kernel's loop variables after collapsing (outer to inner), and how to rewrite
     the bodies' index symbols into them."""
 
-    sizes: list[int]
+    sizes: list[sympy.Expr]  # ints, or expressions of size symbols (dynamic shapes)
     symbols: list[sympy.Symbol]
     replacements: dict[sympy.Symbol, sympy.Expr]
 
@@ -77,7 +97,7 @@ def plan_indices(ranges: Sequence[sympy.Expr], exprs: Sequence[sympy.Expr],
                  prefix: str = "i", out_prefix: str = "x") -> IndexPlan:
     """Collapse adjacent dims where legal; see [Note: collapsing dims]. The dims' symbols are
     ``index_vars(ranges, prefix)``; the kernel's loop variables are ``<out_prefix>0, ...``."""
-    dims = [(sym, int(size)) for sym, size in zip(index_vars(ranges, prefix), ranges)
+    dims = [(sym, sympy.sympify(size)) for sym, size in zip(index_vars(ranges, prefix), ranges)
             if isinstance(sym, sympy.Symbol)]
     exprs = [sympy.expand(sympy.sympify(e)) for e in exprs]
     replacements: dict[sympy.Symbol, sympy.Expr] = {}
@@ -98,6 +118,12 @@ def plan_indices(ranges: Sequence[sympy.Expr], exprs: Sequence[sympy.Expr],
         if isinstance(sym, sympy.Symbol):
             replacements[sym] = replacements.get(sym, sym).xreplace(rename)
     return IndexPlan([n for _, n in dims], final, replacements)
+
+
+def numel(sizes: Sequence[Any]) -> int | sympy.Expr:
+    """The product of ``sizes``: an int for static shapes, else a sympy expression."""
+    product = sympy.Mul(*[sympy.sympify(s) for s in sizes])
+    return int(product) if product.is_Integer else product
 
 
 def print_index(expr: sympy.Expr, div: str = "//") -> str:
@@ -146,6 +172,9 @@ class Loop:
     body: list[str] = dataclasses.field(default_factory=list)
     suffix: list[str] = dataclasses.field(default_factory=list)
     accumulators: list[tuple[str, str]] = dataclasses.field(default_factory=list)
+    # C++: lines folding lane ``rl`` of accumulators whose op is "lane" into them, for
+    # reductions no ``omp simd reduction`` clause can say (argmax, welford)
+    combine: list[str] = dataclasses.field(default_factory=list)
 
 
 def plan_loops(nodes: list[SchedulerNode], placements: dict[str, Placement]) -> list:
@@ -197,10 +226,16 @@ class Kernel:
         self.in_args: dict[str, str] = {}  # buffer name -> kernel arg name
         self.out_args: dict[str, str] = {}
         indices = [e for n in group.nodes for e in n.accesses(self.space).indices]
+        self.ranges = space_ranges(self.space)  # what simplify_index may assume
         self.plan = plan_indices(self.space[0], indices, "i", "x")
         self.rplan = plan_indices(self.space[1], indices, "j", "r")
-        self.numel = math.prod(int(s) for s in self.space[0])
-        self.rnumel = math.prod(int(s) for s in self.space[1])
+        self.numel = numel(self.space[0])  # an int, or an expression of size symbols
+        self.rnumel = numel(self.space[1])
+        self.masks: list[str] = []  # conditions of the enclosing ops.masked regions
+        self.indirect: dict[str, tuple[str, str, str]] = {}  # symbol -> (in range, size, lanes)
+        self.indirect_sizes: list[sympy.Expr] = []
+        self.helpers: dict[str, str] = {}  # module-level functions the kernel calls, by name
+        self.welfords: dict[str, tuple[CSEVariable, CSEVariable]] = {}  # value -> (mean, m2)
 
     def run_node(self, node: SchedulerNode) -> None:
         node.run(self.placements[node.name])
@@ -254,7 +289,20 @@ class Kernel:
         return CSEVariable(f"{prefix}{next(self.counter)}", dtype)
 
     def rewrite(self, index: sympy.Expr) -> sympy.Expr:
-        return self.rplan.rewrite(self.plan.rewrite(index))
+        """An index of the bodies in the kernel's loop variables (after collapsing)."""
+        return self.rplan.rewrite(self.plan.rewrite(simplify_index(index, self.ranges)))
+
+    def size(self, expr: Any) -> str:
+        """A size (an int, or an expression of size symbols) as kernel source."""
+        return print_index(sympy.sympify(expr), self.DIV)
+
+    def size_params(self) -> list[sympy.Symbol]:
+        """The size symbols this kernel's text uses, in order: they become its scalar
+        parameters; see [Note: sizes as kernel arguments]."""
+        exprs = [*self.space[0], *self.space[1], *self.plan.sizes, *self.rplan.sizes]
+        exprs += [e for n in self.group.nodes for e in n.accesses(self.space).indices]
+        exprs += self.indirect_sizes
+        return size_symbols(exprs)
 
     def index(self, index: sympy.Expr) -> str:
         return print_index(self.rewrite(index), self.DIV)
@@ -271,18 +319,22 @@ class Kernel:
         if name not in self.in_args:
             self.in_args[name] = f"in_ptr{len(self.in_args)}"
         dtype = self.buffers[name].get_dtype()
-        mask = self.mask_for(self.rewrite(index))
+        mask = self.full_mask(self.rewrite(index))
         return self.new_var(self.load_expr(self.in_args[name], key[1], dtype, mask), dtype)
 
-    def store(self, name: str, index: sympy.Expr, value: CSEVariable) -> None:
+    def store(self, name: str, index: sympy.Expr, value: CSEVariable,
+              mode: str | None = None) -> None:
+        """Store ``value`` at ``index``; ``mode="atomic_add"`` adds it instead, atomically
+        (``scatter_add``: other iterations may add to the same element)."""
         key = (name, self.index(index))
-        self.scopes[-1].stored[key] = value
+        if not is_indirect(index):
+            self.scopes[-1].stored[key] = value
         if name in self.removed or name in self.out_args:  # never stored, or stored before
             return
         self.out_args[name] = f"out_ptr{len(self.out_args)}"
-        mask = self.mask_for(self.rewrite(index))
-        self.lines.append(self.store_line(self.out_args[name], key[1], value,
-                                          self.buffers[name].get_dtype(), mask))
+        mask, dtype = self.full_mask(self.rewrite(index)), self.buffers[name].get_dtype()
+        spell = self.atomic_add_line if mode == "atomic_add" else self.store_line
+        self.lines.append(spell(self.out_args[name], key[1], value, dtype, mask))
 
     def store_reduction(self, name: str, index: sympy.Expr, value: CSEVariable) -> None:
         """A row's result: stored once the loop over r is done, visible to later loops."""
@@ -293,11 +345,14 @@ class Kernel:
         self.out_args[name] = f"out_ptr{len(self.out_args)}"
         lines = self.loop.suffix if self.loop is not None else self.lines
         lines.append(self.store_line(self.out_args[name], key[1], value,
-                                     self.buffers[name].get_dtype(), self.mask_for(
+                                     self.buffers[name].get_dtype(), self.full_mask(
                                          self.rewrite(index))))
 
     def reduction(self, dtype: torch.dtype, reduction_type: str,
                   value: CSEVariable) -> CSEVariable:
+        if reduction_type in ("welford_mean", "welford_m2"):
+            mean, m2 = self.welford(value, dtype)
+            return mean if reduction_type == "welford_mean" else m2
         if self.loop is None:
             expr = self.reduce_expr(value, reduction_type, dtype)
             result = self.fresh(dtype)
@@ -319,6 +374,81 @@ class Kernel:
     def where(self, pred: CSEVariable, a: CSEVariable, b: CSEVariable) -> CSEVariable:
         return self.new_var(self.OPS["where"](pred, a, b), a.dtype)
 
+    # --8<-- [start:kernel-masked]
+    def masked(self, mask: CSEVariable, body: Callable[[], CSEVariable],
+               other: Any) -> CSEVariable:
+        """``body()`` where ``mask`` holds and ``other`` elsewhere; a load inside the body
+        never touches memory where ``mask`` is false. See [Note: masked loads]."""
+        outer, self.lines = self.lines, []
+        self.masks.append(str(mask))
+        self.scopes.append(Scope())  # values computed under the mask stay under it
+        try:
+            value = body()
+        finally:
+            self.scopes.pop()
+            self.masks.pop()
+            inner, self.lines = self.lines, outer
+        return self.masked_value(mask, inner, value, other)
+
+    def indirect_indexing(self, value: CSEVariable, size: Any) -> sympy.Symbol:
+        """A loaded index as a symbol that addresses can use; see [Note: indirect indexing].
+        Its in-range condition masks every access through it; in debug mode a value out of
+        range stops the kernel, as torch raises."""
+        var = self.fresh(torch.int64, INDIRECT_PREFIX)
+        self.lines.append(self.assign(var, str(value)))
+        bound = self.new_var(self.in_range_expr(var, self.size(size)), torch.bool)
+        self.indirect[var.name] = (str(bound), self.size(size), self.lanes_mask())
+        self.indirect_sizes.append(sympy.sympify(size))
+        return indirect_symbol(var.name)
+
+    def lanes_mask(self) -> str:
+        """The mask of every lane the code being printed runs for. An indirect index is only
+        meaningful there, whatever loop variables the address shows: ``tmp + 5*y0`` still
+        depends on x0 through ``tmp``."""
+        symbols = [*self.plan.symbols, *(self.rplan.symbols if self.r_in_scope() else [])]
+        return self.mask_for(sum(symbols, sympy.Integer(0)))
+
+    def r_in_scope(self) -> bool:
+        """Whether the reduced-dims variables exist here (in a loop over r)."""
+        return self.loop is not None
+    # --8<-- [end:kernel-masked]
+
+    def rand(self, seed: CSEVariable, offset: CSEVariable, stream: int,
+             dtype: torch.dtype) -> CSEVariable:
+        """A uniform number in [0, 1): Philox of (seed, offset, stream); [Note: philox]."""
+        return self.new_var(self.rand_expr(seed, offset, stream, dtype), dtype)
+
+    def welford(self, value: CSEVariable, dtype: torch.dtype) -> tuple[CSEVariable, CSEVariable]:
+        """(mean, m2) of ``value`` over the reduced elements, computed once however many
+        reductions ask for them ([Note: welford]); a variable name is one definition, so it
+        is a good cache key."""
+        if value.name not in self.welfords:
+            mean, m2 = self.fresh(dtype), self.fresh(dtype)
+            if self.loop is None:
+                self.welford_rows(mean, m2, value)
+            else:
+                self.welford_accumulate(self.loop, mean, m2, value)
+            self.welfords[value.name] = (mean, m2)
+        return self.welfords[value.name]
+
+    def full_mask(self, index: sympy.Expr) -> str:
+        """The printer's mask for ``index`` (block tails), the conditions of enclosing
+        ``ops.masked`` regions ([Note: masked loads]) and the in-range conditions of the
+        indirect indices it uses. In debug mode, each of those indices is checked first,
+        where the access would happen ([Note: indirect indexing])."""
+        access = self.AND.join(p for p in [self.mask_for(index), *self.region_masks()] if p)
+        symbols = [s.name for s in sorted(sympy.sympify(index).free_symbols, key=str)
+                   if s.name in self.indirect]
+        for name in symbols if debug_asserts() else []:
+            bound, size, lanes = self.indirect[name]
+            line = self.assert_line(name, bound, self.AND.join(p for p in (access, lanes) if p),
+                                    f"index out of bounds: 0 <= {{}} < {size} does not hold")
+            if self.lookup("cse", line) is None:  # once per scope
+                self.lines.append(line)
+                self.scopes[-1].cse[line] = CSEVariable(name, torch.int64)
+        parts = [access, *(p for n in symbols for p in (self.indirect[n][0], self.indirect[n][2]))]
+        return self.AND.join(dict.fromkeys(q for p in parts if p for q in p.split(self.AND)))
+
     def __getattr__(self, name: str) -> Callable[..., CSEVariable]:
         if name not in self.OPS:
             raise AttributeError(name)
@@ -331,6 +461,41 @@ class Kernel:
 
     # ---- what subclasses spell ------------------------------------------------------
     DIV = "//"
+    AND = " & "
+
+    def region_masks(self) -> list[str]:
+        """Masks a load needs from enclosing ``ops.masked`` regions (C++: none; it branches)."""
+        return list(self.masks)
+
+    def masked_value(self, mask: CSEVariable, inner: list[str], value: CSEVariable,
+                     other: Any) -> CSEVariable:
+        """Emit a masked region's lines ``inner``; its result is ``value`` or ``other``."""
+        raise NotImplementedError
+
+    def in_range_expr(self, var: CSEVariable, size: str) -> str:
+        return f"(({var} >= 0) & ({var} < {size}))"
+
+    def assert_line(self, var: str, cond: str, mask: str, message: str) -> str:
+        """Stop with ``message`` (``{}`` is where the bad value goes) if ``cond`` is false
+        for a lane where ``mask`` holds."""
+        raise NotImplementedError
+
+    def atomic_add_line(self, arg: str, index: str, value: CSEVariable, dtype: torch.dtype,
+                        mask: str) -> str:
+        raise NotImplementedError
+
+    def rand_expr(self, seed: CSEVariable, offset: CSEVariable, stream: int,
+                  dtype: torch.dtype) -> str:
+        raise NotImplementedError
+
+    def welford_rows(self, mean: CSEVariable, m2: CSEVariable, value: CSEVariable) -> None:
+        """Persistent kernels: a whole row's mean and m2 (it is in registers: two passes)."""
+        raise NotImplementedError
+
+    def welford_accumulate(self, loop: Loop, mean: CSEVariable, m2: CSEVariable,
+                           value: CSEVariable) -> None:
+        """Looped kernels: Welford's update in the loop, lanes combined after it."""
+        raise NotImplementedError
 
     def assign(self, var: CSEVariable, expr: str) -> str:
         raise NotImplementedError
@@ -371,13 +536,42 @@ class Kernel:
         return list(self.in_args) + list(self.out_args)
 
     def header(self, comment: str) -> list[str]:
+        """Comment lines naming what the kernel computes: its buffers and loops, the
+        prims-graph nodes it came from and, where the tracer recorded them, the aten ops
+        those nodes were decomposed from."""
         names = ", ".join(n.name for n in self.group.nodes)
         sizes = ", ".join(str(s) for s in self.space[0])
         rsizes = ", ".join(str(s) for s in self.space[1])
         over = f"[{sizes}]" + (f", reducing [{rsizes}]" if self.space[1] else "")
-        return [f"{comment} Fused kernel for {names} over {over}; ops: "
-                f"{', '.join(dict.fromkeys(o for n in self.group.nodes for o in n.op_names))}",
-                f"{comment} Generated by minipt2 inductor; see book/docs/inductor.md"]
+        lines = [f"{comment} Fused kernel for {names} over {over}; ops: "
+                 f"{', '.join(dict.fromkeys(o for n in self.group.nodes for o in n.op_names))}"]
+        nodes = list(dict.fromkeys(o for n in self.group.nodes for o in n.origins))
+        if nodes:
+            lines.append(f"{comment} Source nodes: [{', '.join(o.name for o in nodes)}]")
+        aten = dict.fromkeys(str(o.meta["original_aten"]) for o in nodes
+                             if o.meta.get("original_aten") is not None)
+        if aten:
+            lines.append(f"{comment} Original ATen: [{', '.join(aten)}]")
+        return [*lines, f"{comment} Generated by minipt2 inductor; see book/docs/inductor.md"]
+
+
+# [Note: philox]
+# ``prims.rand(shape, seed, offset)`` is a pure function of its arguments ([Note: random
+# prims] in primtorch), so a kernel may compute it wherever it is needed and dropout's mask
+# costs no memory traffic. Philox-4x32-10 (Salmon et al., "Parallel random numbers: as easy
+# as 1, 2, 3", SC 2011; what PyTorch's CUDA generator uses) is a counter-based generator: ten
+# rounds of multiplies and xors turn a 128-bit counter and a 64-bit key into 128 random bits,
+# with no state carried from one element to the next. The key is the seed; the counter is
+# (element's flat position, stream offset, 0); we keep the first 32 output bits. Both
+# printers spell the same rounds (``philox`` in the Triton module, the C++ prelude), so a
+# seed gives the same numbers on either target; a float keeps as many top bits as its
+# significand holds (24 for float32), so the value is exact and below 1. They are not the
+# numbers eager's ``prims.rand`` draws (that one seeds torch's CPU generator): tests compare
+# distributions, and forward and backward agree because the backward reuses the saved mask.
+def debug_asserts() -> bool:
+    """``MINIPT2_DEBUG_ASSERTS=1``: kernels check their indirect indices and stop on a bad
+    one, as torch raises; see [Note: indirect indexing]. Read when a kernel is printed."""
+    return os.environ.get("MINIPT2_DEBUG_ASSERTS", "0").lower() in ("1", "true", "on", "yes")
 
 
 def identity(reduction_type: str, dtype: torch.dtype) -> Any:

@@ -17,14 +17,23 @@ the conversions are bit shifts with round-to-nearest-even, so no c10 headers are
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import torch
 
-from inductor.codegen.common import CSEVariable, Kernel, Loop, identity, kernel_name, plan_loops
+from inductor.codegen.common import (
+    CSEVariable,
+    Kernel,
+    Loop,
+    identity,
+    kernel_name,
+    numel,
+    plan_loops,
+    print_index,
+)
 from inductor.codegen.triton import KernelSource
 from inductor.scheduler import FusedGroup, SchedulerNode
+from inductor.virtualized import is_indirect
 
 PARALLEL_THRESHOLD = 32768  # elements; below this OpenMP's fork/join costs more than it saves
 
@@ -71,6 +80,8 @@ def vector_math_declarations() -> str:
 
 PRELUDE = r"""#include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <initializer_list>
 #include <limits>
@@ -129,6 +140,33 @@ template <typename A, typename B> static inline auto nan_min(A a, B b) {
     using T = std::common_type_t<A, B>;
     T x = a, y = b;
     return x != x ? x : (y != y ? y : (x < y ? x : y));
+}
+
+// 32 random bits for element `offset` of stream `stream`: Philox-4x32-10 with key `seed` and
+// counter (offset, stream); the Triton kernels compute the same bits. See [Note: philox].
+static inline uint32_t philox(int64_t seed, int64_t offset, uint32_t stream) {
+    uint32_t c0 = static_cast<uint32_t>(offset), c1 = static_cast<uint32_t>(
+        static_cast<uint64_t>(offset) >> 32), c2 = stream, c3 = 0;
+    uint32_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(
+        static_cast<uint64_t>(seed) >> 32);
+    for (int round = 0; round < 10; ++round) {
+        uint64_t p0 = 0xD2511F53ull * c0, p1 = 0xCD9E8D57ull * c2;
+        uint32_t n0 = static_cast<uint32_t>(p1 >> 32) ^ c1 ^ k0;
+        uint32_t n2 = static_cast<uint32_t>(p0 >> 32) ^ c3 ^ k1;
+        c1 = static_cast<uint32_t>(p1);
+        c3 = static_cast<uint32_t>(p0);
+        c0 = n0;
+        c2 = n2;
+        k0 += 0x9E3779B9u;
+        k1 += 0xBB67AE85u;
+    }
+    return c0;
+}
+
+// MINIPT2_DEBUG_ASSERTS: an index out of range stops the program, as a device assert does.
+[[noreturn]] static void index_error(const char* what, long long value) {
+    std::fprintf(stderr, "minipt2 kernel: %s (got %lld)\n", what, value);
+    std::abort();
 }
 """
 
@@ -206,17 +244,53 @@ class CppKernel(Kernel):
         return f"{compute_type(var.dtype)} {var} = {expr};"
 
     def load_expr(self, arg: str, index: str, dtype: torch.dtype, mask: str) -> str:
+        raw = f"{arg}[{index}]"
+        if mask:  # [Note: masked loads]: ?: reads memory only on the branch it takes
+            raw = f"({mask} ? {raw} : static_cast<{CPP_TYPES[dtype]}>(0))"
         if dtype == torch.bfloat16:
-            return f"bf16_to_float({arg}[{index}])"
+            return f"bf16_to_float({raw})"
         if dtype == torch.float16:
-            return f"static_cast<float>({arg}[{index}])"
-        return f"{arg}[{index}]"
+            return f"static_cast<float>({raw})"
+        return raw
 
     def store_line(self, arg: str, index: str, value: CSEVariable, dtype: torch.dtype,
                    mask: str) -> str:
         if dtype == torch.bfloat16:
-            return f"{arg}[{index}] = float_to_bf16({value});"
-        return f"{arg}[{index}] = static_cast<{CPP_TYPES[dtype]}>({value});"
+            line = f"{arg}[{index}] = float_to_bf16({value});"
+        else:
+            line = f"{arg}[{index}] = static_cast<{CPP_TYPES[dtype]}>({value});"
+        return f"if ({mask}) {line}" if mask else line
+
+    AND = " && "
+
+    def region_masks(self) -> list[str]:
+        return []  # a masked region is an if block: its loads need no mask of their own
+
+    def masked_value(self, mask: CSEVariable, inner: list[str], value: CSEVariable,
+                     other: Any) -> CSEVariable:
+        result = self.fresh(value.dtype)
+        self.lines += [f"{compute_type(value.dtype)} {result} = {_literal(other, value.dtype)};",
+                       f"if ({mask}) {{", *("    " + line for line in inner),
+                       f"    {result} = {value};", "}"]
+        return result
+
+    def assert_line(self, var: str, cond: str, mask: str, message: str) -> str:
+        check = f"!({cond})" if not mask else f"({mask}) && !({cond})"
+        text = message.format(var).replace("\\", "").replace('"', "")
+        return f'if ({check}) index_error("{text}", static_cast<long long>({var}));'
+
+    def atomic_add_line(self, arg: str, index: str, value: CSEVariable, dtype: torch.dtype,
+                        mask: str) -> str:
+        line = f'_Pragma("omp atomic") {arg}[{index}] += static_cast<{CPP_TYPES[dtype]}>({value});'
+        return f"if ({mask}) {{ {line} }}" if mask else f"{{ {line} }}"
+
+    def rand_expr(self, seed: CSEVariable, offset: CSEVariable, stream: int,
+                  dtype: torch.dtype) -> str:
+        bits = f"philox({seed}, {offset}, {stream}u)"
+        if dtype == torch.float64:
+            return f"(static_cast<double>({bits}) * {2.0 ** -32!r})"
+        keep = {torch.float32: 24, torch.bfloat16: 8, torch.float16: 11}[dtype]
+        return f"(static_cast<float>({bits} >> {32 - keep}) * {2.0 ** -keep!r}f)"
 
     def constant_expr(self, value: Any, dtype: torch.dtype) -> str:
         return _literal(value, dtype)
@@ -236,7 +310,8 @@ class CppKernel(Kernel):
                for b, a in self.in_args.items()]
         outs = [f"{CPP_TYPES[self.buffers[b].get_dtype()]}* __restrict__ {a}"
                 for b, a in self.out_args.items()]
-        return ", ".join(ins + outs)
+        sizes = [f"const int64_t {s}" for s in self.size_params()]  # [Note: sizes as kernel
+        return ", ".join(ins + outs + sizes)  # arguments]
 
     def pointwise_loops(self) -> list[str]:
         """The loop nest around the body: a parallel outer loop, a contiguous inner loop."""
@@ -244,14 +319,28 @@ class CppKernel(Kernel):
         body = ["    " + line for line in self.lines]
         if not sizes:
             return body
-        inner = f"for (int64_t {symbols[-1]} = 0; {symbols[-1]} < {sizes[-1]}; ++{symbols[-1]})"
-        pragma = ["#pragma omp parallel for"] if self.numel >= PARALLEL_THRESHOLD else []
+        inner = (f"for (int64_t {symbols[-1]} = 0; {symbols[-1]} < {self.size(sizes[-1])}; "
+                 f"++{symbols[-1]})")
+        work = self.size(self.numel)
+        pragma = [parallel_pragma(work)] if self.parallel(self.numel) else []
+        simd = [] if self.has_scatter() else ["#pragma omp simd"]
         if len(sizes) == 1:  # one loop: split across threads, vectorise each thread's share
-            simd = "#pragma omp parallel for simd" if pragma else "#pragma omp simd"
-            return [simd, inner + " {", *body, "}"]
-        return [*pragma, f"for (int64_t xo = 0; xo < {math.prod(sizes[:-1])}; ++xo) {{",
-                *unflatten("xo", sizes[:-1], symbols[:-1]), "    #pragma omp simd",
+            both = [parallel_pragma(work, bool(simd))] if pragma else simd
+            return [*both, inner + " {", *body, "}"]
+        return [*pragma, f"for (int64_t xo = 0; xo < {self.size(numel(sizes[:-1]))}; ++xo) {{",
+                *unflatten("xo", sizes[:-1], symbols[:-1]), *("    " + p for p in simd),
                 "    " + inner + " {", *("    " + line for line in body), "    }", "}"]
+
+    def parallel(self, work: Any) -> bool:
+        """Worth splitting across threads? A symbolic amount of work decides at run time
+        (``parallel_pragma``); speed only, any answer is correct."""
+        return not isinstance(work, int) or work >= PARALLEL_THRESHOLD
+
+    def has_scatter(self) -> bool:
+        """Whether the kernel stores at indirect indices: two iterations may then write the
+        same element, so its loops are never ``omp simd`` (lanes would lose updates)."""
+        return any(is_indirect(index) for node in self.group.nodes
+                   for _, index in node.accesses(self.space).writes)
 
     def reduction_loops(self) -> list[str]:
         """One (parallel) loop over output rows; inside it, the loops over r and "x" code."""
@@ -259,9 +348,10 @@ class CppKernel(Kernel):
         sizes, symbols = self.plan.sizes, self.plan.symbols
         if not sizes:
             return ["{", *body, "}"]
-        parallel = self.numel > 1 and self.numel * self.rnumel >= PARALLEL_THRESHOLD
-        return [*(["#pragma omp parallel for"] if parallel else []),
-                f"for (int64_t xo = 0; xo < {self.numel}; ++xo) {{",
+        work = self.numel * self.rnumel
+        parallel = self.numel != 1 and self.parallel(work)
+        return [*([parallel_pragma(self.size(work))] if parallel else []),
+                f"for (int64_t xo = 0; xo < {self.size(self.numel)}; ++xo) {{",
                 *unflatten("xo", sizes, symbols), *body, "}"]
 
     # ---- values kept for later loops over r: see [Note: row scratch] -------------------
@@ -283,8 +373,8 @@ class CppKernel(Kernel):
             return self.new_var(f"{arr}[{self.rvar()}]", dtype)
         return super().load(name, index)
 
-    def store(self, name: str, index: Any, value: CSEVariable) -> None:
-        super().store(name, index, value)
+    def store(self, name: str, index: Any, value: CSEVariable, mode: str | None = None) -> None:
+        super().store(name, index, value, mode)
         key = (name, self.index(index))
         if self.loop is not None and name in self.keep and key not in self.kept:
             self.kept[key] = (f"row_{name}_{len(self.kept)}", value.dtype)
@@ -297,6 +387,8 @@ class CppKernel(Kernel):
         """Declare an accumulator in ``loop.prefix``, update it in the body, and assign the
         row's ``result`` in ``loop.suffix``; ``loop.accumulators`` gets ``(op, name)`` pairs
         for the ``omp simd reduction(op:name)`` clause that lets gcc vectorise the loop."""
+        if reduction_type in ("argmax", "argmin"):
+            return self.accumulate_arg(loop, result, value, reduction_type)
         # BEGIN EXERCISE inductor-cpp-reduction: accumulate a reduction in a vectorisable loop
         acc = self.fresh(dtype, "acc")
         ctype = accumulator_type(dtype)
@@ -321,21 +413,101 @@ class CppKernel(Kernel):
         # END EXERCISE inductor-cpp-reduction
     # --8<-- [end:cpp-accumulate]
 
+    # --8<-- [start:cpp-argmax-welford]
+    def accumulate_arg(self, loop: Loop, result: CSEVariable, value: CSEVariable,
+                       reduction_type: str) -> None:
+        """argmax/argmin: the best value so far and its position (-1: none yet). Elements
+        come in increasing order, so a tie keeps the earlier one; lanes of the split loop
+        ([Note: split accumulators]) interleave positions, so combining them compares
+        positions on ties."""
+        acc = self.fresh(value.dtype, "acc")
+        at, take = f"{acc}_at", self.fresh(torch.bool)
+        kind = reduction_type[3:]
+        neutral = _literal(identity(kind, value.dtype), value.dtype)
+        loop.prefix += [f"{accumulator_type(value.dtype)} {acc} = {neutral};",
+                        f"int64_t {at} = -1;"]
+        wins = arg_wins(kind, value.dtype.is_floating_point)
+        self.lines += [f"const bool {take} = {at} < 0 || {wins(value, acc)};",
+                       f"{acc} = {take} ? {value} : {acc};",
+                       f"{at} = {take} ? {self.rvar()} : {at};"]
+        loop.accumulators += [("lane", str(acc)), ("lane", at)]
+        lane, lane_at = f"{acc}_lanes[rl]", f"{at}_lanes[rl]"
+        same = (f"({lane} == {acc} || ({lane} != {lane} && {acc} != {acc}))"
+                if value.dtype.is_floating_point else f"{lane} == {acc}")
+        loop.combine += [f"if ({lane_at} >= 0 && ({at} < 0 || {wins(lane, acc)} || "
+                         f"({same} && {lane_at} < {at}))) {{",
+                         f"    {acc} = {lane};", f"    {at} = {lane_at};", "}"]
+        loop.suffix.append(self.assign(result, at))
+
+    def welford_accumulate(self, loop: Loop, mean: CSEVariable, m2: CSEVariable,
+                           value: CSEVariable) -> None:
+        """Welford's update (count n, mean and m2 of the values minus the first one, k) in
+        one pass; the split loop's lanes are combined as Chan et al. do. A plain sum gives
+        eager's mean where an infinity makes the shifted one NaN. See [Note: welford]."""
+        acc, ctype = self.fresh(value.dtype, "acc"), accumulator_type(value.dtype)
+        n, k, avg, sq, total = (f"{acc}_{part}" for part in ("n", "k", "mean", "m2", "sum"))
+        rel, delta = self.fresh(value.dtype), self.fresh(value.dtype)
+        loop.prefix += [f"{ctype} {name} = 0;" for name in (n, k, avg, sq, total)]
+        self.lines += [f"{n} = {n} + 1;", f"{k} = {n} == 1 ? {value} : {k};",
+                       f"const {ctype} {rel} = {value} - {k};",
+                       f"const {ctype} {delta} = {rel} - {avg};",
+                       f"{avg} = {avg} + {delta} / {n};",
+                       f"{sq} = {sq} + {delta} * ({rel} - {avg});",
+                       f"{total} = {total} + {value};"]
+        loop.accumulators += [("lane", n), ("lane", k), ("lane", avg), ("lane", sq),
+                              ("+", total)]
+        lane = {name: f"{name}_lanes[rl]" for name in (n, k, avg, sq)}
+        loop.combine += [f"if ({lane[n]} > 0 && {n} == 0) {{",
+                         *(f"    {name} = {lane[name]};" for name in (n, k, avg, sq)),
+                         f"}} else if ({lane[n]} > 0) {{",
+                         f"    const {ctype} count = {n} + {lane[n]};",
+                         f"    const {ctype} d = ({lane[k]} - {k}) + ({lane[avg]} - {avg});",
+                         f"    {avg} = {avg} + d * ({lane[n]} / count);",
+                         f"    {sq} = {sq} + {lane[sq]} + d * d * ({n} * {lane[n]} / count);",
+                         f"    {n} = count;", "}"]
+        shifted = f"({k} + {avg})"
+        loop.suffix += [self.assign(mean, f"{shifted} != {shifted} ? {total} / {n} : {shifted}"),
+                        self.assign(m2, sq)]
+    # --8<-- [end:cpp-argmax-welford]
+
     def loop_lines(self, loop: Loop) -> list[str]:
         sizes, symbols = self.rplan.sizes, self.rplan.symbols
         var = str(symbols[0]) if len(sizes) == 1 else "ro"
         inner = [] if len(sizes) == 1 else unflatten("ro", sizes, symbols)
         body = [*inner, *("    " + line for line in loop.body)]
         split = 0
-        if loop.accumulators and all(op in COMBINE for op, _ in loop.accumulators):
-            split = self.rnumel // LANES * LANES if self.rnumel >= 2 * LANES else 0
+        lanes = all(op in COMBINE or op == "lane" for op, _ in loop.accumulators)
+        if loop.accumulators and lanes and not self.has_scatter():
+            if not isinstance(self.rnumel, int):  # a symbolic row: split, and always a tail
+                split = f"({self.size(self.rnumel)} / {LANES} * {LANES})"
+            else:
+                split = self.rnumel // LANES * LANES if self.rnumel >= 2 * LANES else 0
         lines = [*loop.prefix, *(split_accumulator_loop(loop, var, body, split) if split else [])]
-        if split < self.rnumel:  # the whole loop, or the tail the split loop leaves
+        if not isinstance(self.rnumel, int) or split < self.rnumel:  # the whole loop, or the
             clauses = " ".join(f"reduction({op}:{acc})" for op, acc in loop.accumulators)
-            lines += [f"#pragma omp simd {clauses}".rstrip(),
-                      f"for (int64_t {var} = {split}; {var} < {self.rnumel}; ++{var}) {{",
-                      *body, "}"]
+            simd = not loop.combine and not self.has_scatter()  # tail the split loop leaves
+            lines += [f"#pragma omp simd {clauses}".rstrip()] if simd else []
+            lines += [f"for (int64_t {var} = {split}; {var} < {self.size(self.rnumel)}; "
+                      f"++{var}) {{", *body, "}"]
         return [*lines, *loop.suffix]
+
+
+def parallel_pragma(work: str, simd: bool = False) -> str:
+    """``omp parallel for`` (``simd``: also vectorised); for a symbolic amount of ``work``,
+    with a run-time ``if`` clause."""
+    directive = "#pragma omp parallel for" + (" simd" if simd else "")
+    if work.isdigit():
+        return directive
+    return f"{directive} if({work} >= {PARALLEL_THRESHOLD})"
+
+
+def arg_wins(kind: str, floating: bool):
+    """``wins(a, b)``: C++ for "a beats b" in an argmax (kind "max") or argmin: greater
+    (smaller), or NaN where b is not."""
+    better = ">" if kind == "max" else "<"
+    if not floating:
+        return lambda a, b: f"({a} {better} {b})"
+    return lambda a, b: f"({a} {better} {b} || ({a} != {a} && {b} == {b}))"
 
 
 # [Note: split accumulators]
@@ -360,8 +532,13 @@ def split_accumulator_loop(loop: Loop, var: str, body: list[str], split: int) ->
     see [Note: split accumulators]."""
     lanes = [(op, acc, f"{acc}_lanes") for op, acc in loop.accumulators]
     combine = [f"        {acc} = {COMBINE[op].format(acc=acc, lane=f'{arr}[rl]')};"
-               for op, acc, arr in lanes]
-    clauses = " ".join(f"reduction({op}:{acc})" for op, acc in loop.accumulators)
+               for op, acc, arr in lanes if op in COMBINE]
+    clauses = " ".join(f"reduction({op}:{acc})" for op, acc in loop.accumulators
+                       if op in COMBINE)
+    simple = [f"    #pragma omp simd {clauses}", f"    for (int64_t rl = 0; rl < {LANES}; ++rl) {{",
+              *combine, "    }"] if combine else []
+    custom = [f"    for (int64_t rl = 0; rl < {LANES}; ++rl) {{",  # argmax, welford: in order
+              *("        " + line for line in loop.combine), "    }"] if loop.combine else []
     return [
         "{", *(f"    decltype({acc}) {arr}[{LANES}];" for _, acc, arr in lanes),
         f"    for (int64_t rl = 0; rl < {LANES}; ++rl) {{",
@@ -371,8 +548,7 @@ def split_accumulator_loop(loop: Loop, var: str, body: list[str], split: int) ->
         f"            const int64_t {var} = rb + rl;",
         *(f"            auto& {acc} = {arr}[rl];" for _, acc, arr in lanes),
         *("        " + line for line in body), "        }", "    }",
-        f"    #pragma omp simd {clauses}", f"    for (int64_t rl = 0; rl < {LANES}; ++rl) {{",
-        *combine, "    }", "}",
+        *simple, *custom, "}",
     ]
 
 
@@ -393,7 +569,7 @@ EXPENSIVE = {*LIBMVEC_UNARY, *LIBMVEC_BINARY, "erfinv", "lgamma"}
 def kept_nodes(nodes: list[SchedulerNode], placements: dict[str, Any], rnumel: int) -> set:
     """Names of pointwise nodes in a loop over r that a later loop reads and whose
     recomputation costs a libm call; see [Note: row scratch]."""
-    if rnumel > ROW_SCRATCH:
+    if not isinstance(rnumel, int) or rnumel > ROW_SCRATCH:  # (a symbolic row: no scratch)
         return set()
     block_of = {n.name: k for k, block in enumerate(plan_loops(nodes, placements))
                 if isinstance(block, list) for n in block}
@@ -412,16 +588,16 @@ def kept_nodes(nodes: list[SchedulerNode], placements: dict[str, Any], rnumel: i
             and not by_name[r].is_reduction() and costly(r, set())}
 
 
-def unflatten(flat: str, sizes: list[int], symbols: list[Any]) -> list[str]:
+def unflatten(flat: str, sizes: list[Any], symbols: list[Any]) -> list[str]:
     """``const int64_t x_k = (flat / inner) % size_k;`` for each dim (outer to inner)."""
     if len(sizes) == 1:
         return [f"    const int64_t {symbols[0]} = {flat};"]
     lines, step = [], 1
     for k in reversed(range(len(sizes))):
-        expr = flat if step == 1 else f"({flat} / {step})"
-        expr = expr if k == 0 else f"{expr} % {sizes[k]}"
+        expr = flat if step == 1 else f"({flat} / {print_index(step, '/')})"
+        expr = expr if k == 0 else f"{expr} % {print_index(sizes[k], '/')}"
         lines.append(f"    const int64_t {symbols[k]} = {expr};")
-        step *= sizes[k]
+        step = step * sizes[k]
     return list(reversed(lines))
 
 
@@ -450,5 +626,6 @@ def generate_cpp_kernel(group: FusedGroup, removed: set[str], buffers: dict[str,
         *("    " + line for line in loops),
         "}",
     ]
-    return KernelSource(name, "\n".join(lines) + "\n", kernel.call_args(), kernel.numel, {})
+    return KernelSource(name, "\n".join(lines) + "\n", kernel.call_args(), kernel.numel, {},
+                        size_vars=kernel.size_params())
 # --8<-- [end:cpp-kernel]

@@ -10,8 +10,28 @@ A pointwise kernel: each program instance handles ``XBLOCK`` consecutive flat po
 ``xindex``; ``xmask`` guards the tail when numel is not a multiple of ``XBLOCK``. Per-dim
 indices are recovered from ``xindex`` with ``//`` and ``%`` (after collapsing dims, see
 [Note: collapsing dims]), loads go through each buffer's own strides, so non-contiguous
-inputs need no copy. A reduction kernel works on 2-D tiles, ``XBLOCK`` rows by ``RBLOCK``
-reduced elements; see [Note: triton reductions] in ``triton_reduction.py``.
+inputs need no copy. A pointwise kernel that reads (or writes) a buffer transposed relative
+to the others is printed with 2-D tiles instead; see [Note: tiling]. A reduction kernel works
+on 2-D tiles, ``XBLOCK`` rows by ``RBLOCK`` reduced elements; see [Note: triton reductions]
+in ``triton_reduction.py``.
+
+[Note: tiling]
+A GPU reads memory fastest when the 32 threads of a warp touch 32 neighbouring elements (a
+*coalesced* access): one transaction instead of 32. A flat kernel gives neighbouring threads
+neighbouring flat positions, so every access whose index has stride 1 along the innermost
+loop variable is coalesced, and a broadcast one (stride 0) is free. ``x.t().contiguous()``
+is neither: it writes along the rows of the output but reads down the columns of ``x``,
+each thread of a warp a whole row apart. A 2-D tiled kernel fixes that. The loop variables
+are cut in two: the outer ones form ``y``, the inner ones ``x``, and each program owns a
+``YBLOCK x XBLOCK`` tile (``program_id(1)`` over y tiles, ``program_id(0)`` over x tiles).
+The store is coalesced along x, the transposed load along y, and Triton's compiler moves
+the tile between the two layouts through shared memory. Where to cut is read off the index
+expressions (``tiling_split``): an access whose stride along the innermost variable is
+neither 0 nor 1 votes for cutting just after the variable v along which its stride is
+smallest (so v becomes the innermost variable of y); the most voted cut wins. Without such
+an access the kernel stays flat. The y tiles go on the grid's axis 1, which CUDA caps at
+65535 programs: past that the kernel stays flat too (correct, just slower), and so it does
+when y's extent is a dynamic size, which could pass the cap at run time.
 
 [Note: triton interpreter]
 Without a CUDA device, kernels run on CPU tensors through Triton's interpreter, which is
@@ -30,13 +50,23 @@ interpreter we round with integer arithmetic on the float's bits first (``to_bf1
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import os
 from typing import Any
 
+import sympy
 import torch
 
-from inductor.codegen.common import CSEVariable, Kernel, kernel_name
+from inductor import autotune, sizevars
+from inductor.codegen.common import (
+    CSEVariable,
+    IndexPlan,
+    Kernel,
+    debug_asserts,
+    kernel_name,
+    numel,
+)
 from inductor.scheduler import FusedGroup
 
 TRITON_TYPES = {
@@ -206,17 +236,43 @@ class TritonKernel(Kernel):
             return f"({x} != 0)"
         return f"{x}.to({TRITON_TYPES[dst]})"
 
+    # ---- masked regions, indirect indices, atomics, random numbers ---------------------
+    def masked_value(self, mask: CSEVariable, inner: list[str], value: CSEVariable,
+                     other: Any) -> CSEVariable:
+        self.lines.extend(inner)  # straight-line code: the region's loads carry the mask
+        return self.new_var(f"tl.where({mask}, {value}, {_literal(other)})", value.dtype)
+
+    def assert_line(self, var: str, cond: str, mask: str, message: str) -> str:
+        if interpreting():  # tl.device_assert does nothing in the interpreter
+            return f"check_index({cond}, {mask or 'None'}, {var}, {message!r})"
+        ok = f"{cond} | ~({mask})" if mask else cond
+        return f"tl.device_assert({ok}, {message.format(var)!r})"
+
+    def atomic_add_line(self, arg: str, index: str, value: CSEVariable, dtype: torch.dtype,
+                        mask: str) -> str:
+        cast = "" if value.dtype == dtype else f".to({TRITON_TYPES[dtype]})"
+        return f"tl.atomic_add({arg} + ({index}), {value}{cast}{', ' + mask if mask else ''})"
+
+    def rand_expr(self, seed: CSEVariable, offset: CSEVariable, stream: int,
+                  dtype: torch.dtype) -> str:
+        self.helpers["philox"] = PHILOX
+        bits = f"philox({seed}, {offset}, {stream})"
+        if dtype == torch.float64:
+            return f"({bits}.to(tl.float64) * {2.0 ** -32!r})"
+        keep = RANDOM_BITS[dtype]  # exactly representable: never rounds up to 1.0
+        return f"(({bits} >> {32 - keep}).to(tl.float32) * {2.0 ** -keep!r})"
+
     def index_lines(self, plan: Any = None, flat: str = "xindex") -> list[str]:
         """``x_k = (xindex // inner) % size`` for each collapsed loop variable."""
         lines, inner = [], 1
         plan = plan or self.plan
         sizes, symbols = plan.sizes, plan.symbols
         for k in reversed(range(len(sizes))):
-            expr = flat if inner == 1 else f"({flat} // {inner})"
+            expr = flat if inner == 1 else f"({flat} // {self.size(inner)})"
             if k > 0:
-                expr = f"{expr} % {sizes[k]}"
+                expr = f"{expr} % {self.size(sizes[k])}"
             lines.append(f"{symbols[k]} = {expr}")
-            inner *= sizes[k]
+            inner = inner * sizes[k]
         return list(reversed(lines))
 
 
@@ -231,16 +287,62 @@ def torch_op(name, *xs):
     dtype = xs[0].handle.dtype
     kind = tl.core.block_type(xs[0].dtype, list(data.shape)) if data.shape else xs[0].dtype
     return tl.core.tensor(TensorHandle(data, dtype), kind)
+
+
+def scalar(x):
+    """Interpreter only: a run-time int argument (a 1-element array there) as a Python int,
+    for ``range`` (the interpreter's own conversion fails on NumPy 2)."""
+    return int(x.handle.data.reshape(-1)[0])
+
+
+def check_index(ok, mask, value, message):
+    """Interpreter only: tl.device_assert is a no-op there, so raise as torch would."""
+    import numpy
+
+    bad = ~ok.handle.data if mask is None else ~ok.handle.data & mask.handle.data
+    if numpy.any(bad):
+        raise IndexError(message.format(numpy.broadcast_to(value.handle.data, bad.shape)[bad][0]))
 '''
 
+# --8<-- [start:philox]
+PHILOX = '''
 
-def imports() -> list[str]:
-    """The generated module's imports; under the interpreter, ``torch_op`` stands in for
-    libdevice functions that have no ``tl`` expression ([Note: triton interpreter])."""
+@triton.jit
+def philox(seed, offset, stream):
+    """32 random bits for element ``offset`` of stream ``stream``: Philox-4x32-10, key
+    ``seed``, counter (offset, stream). The C++ kernels compute the same bits."""
+    c0 = (offset & 0xFFFFFFFF).to(tl.uint32)
+    c1 = ((offset >> 32) & 0xFFFFFFFF).to(tl.uint32)
+    c2 = c0 * 0 + stream
+    c3 = c0 * 0
+    k0 = (seed & 0xFFFFFFFF).to(tl.uint32)
+    k1 = ((seed >> 32) & 0xFFFFFFFF).to(tl.uint32)
+    for _ in tl.static_range(10):
+        n0 = tl.umulhi(c2, 0xCD9E8D57) ^ c1 ^ k0
+        n2 = tl.umulhi(c0, 0xD2511F53) ^ c3 ^ k1
+        c1 = tl.mul(c2, 0xCD9E8D57, sanitize_overflow=False)  # wraps, on purpose
+        c3 = tl.mul(c0, 0xD2511F53, sanitize_overflow=False)
+        c0 = n0
+        c2 = n2
+        k0 = tl.add(k0, 0x9E3779B9, sanitize_overflow=False)
+        k1 = tl.add(k1, 0xBB67AE85, sanitize_overflow=False)
+    return c0
+'''
+# --8<-- [end:philox]
+RANDOM_BITS = {torch.float32: 24, torch.bfloat16: 8, torch.float16: 11}  # mantissa + 1
+
+
+def imports(kernel: Kernel | None = None) -> list[str]:
+    """The generated module's imports and the helpers ``kernel`` calls (``philox``); under
+    the interpreter, ``torch_op`` stands in for libdevice functions that have no ``tl``
+    expression ([Note: triton interpreter]) and ``check_index`` for ``tl.device_assert``."""
+    helpers = list(kernel.helpers.values()) if kernel is not None else []
     if interpreting():
-        return ["import triton", "import triton.language as tl", TORCH_OP, ""]
+        return ["import triton", "import triton.language as tl", TORCH_OP, *helpers, ""]
+    debug = ["triton.knobs.runtime.debug = True  # MINIPT2_DEBUG_ASSERTS: keep device_assert"]
     return ["import triton", "import triton.language as tl",
-            "from triton.language.extra import libdevice", "", ""]
+            "from triton.language.extra import libdevice",
+            *(debug if debug_asserts() else []), *helpers, "", ""]
 
 
 @dataclasses.dataclass
@@ -251,44 +353,70 @@ class KernelSource:
     source: str
     args: list[str]  # buffer names, in the kernel's parameter order
     numel: int
-    launch: dict[str, int]  # Triton: XBLOCK (RBLOCK), num_warps; C++: nothing
+    launch: dict[str, int]  # Triton: XBLOCK (RBLOCK, YBLOCK), num_warps; C++: nothing
     rnumel: int | None = None  # reduction kernels: elements reduced per output element
+    ynumel: int | None = None  # tiled pointwise kernels: the extent of y (numel is x's)
+    configs: list[dict[str, int]] = dataclasses.field(default_factory=list)  # max-autotune
+    # the size symbols the kernel takes after its numels ([Note: sizes as kernel arguments])
+    size_vars: list[sympy.Symbol] = dataclasses.field(default_factory=list)
+
+    def size_args(self) -> list[Any]:
+        """The sizes the kernel takes after its buffers, in its parameter order (ints, or
+        expressions of size symbols that the wrapper evaluates)."""
+        if self.ynumel is not None:
+            return [self.ynumel, self.numel, *self.size_vars]
+        return [self.numel] + ([self.rnumel] if self.rnumel is not None else []) + \
+            list(self.size_vars)
+
+    def grid_args(self) -> list[int]:
+        """The arguments of the wrapper's ``grid(xnumel, ynumel=1)``."""
+        return [self.numel] + ([self.ynumel] if self.ynumel is not None else [])
 
 
 def block_size(numel: int) -> tuple[int, int]:
     """(XBLOCK, num_warps): 1024 elements per program for big loops, the next power of two
-    for small ones; a warp is 32 threads, and each thread should handle a few elements."""
+    for small ones; a warp is 32 threads, and each thread should handle a few elements.
+    (A symbolic ``numel`` is judged by its hint: any block size is correct, masks do the
+    rest.)"""
+    numel = sizevars.current().hint(numel)
     xblock = min(POINTWISE_XBLOCK, 1 << max(0, numel - 1).bit_length())
     return xblock, max(1, min(8, xblock // 256))
 
 
 def needs_int64_indices(kernel: TritonKernel) -> bool:
-    """Whether a flat position or an element offset may pass 2**31 - 1."""
-    extents = [kernel.numel * max(1, kernel.rnumel)]
+    """Whether a flat position or an element offset may pass 2**31 - 1. With symbolic sizes
+    int32 is kept only if every extent is known to fit, by a guard if need be; see [Note:
+    sizes as kernel arguments]."""
+    extents = [kernel.numel * (kernel.rnumel if kernel.rnumel != 0 else 1)]
     for name in kernel.call_args():
         layout = kernel.buffers[name].layout
-        extents.append(1 + sum((int(n) - 1) * int(s) for n, s in zip(layout.size, layout.stride)))
-    return max(extents) >= 2**31
+        extents.append(1 + sum((n - 1) * s for n, s in zip(layout.size, layout.stride)))
+    return not all(sizevars.current().known_below(e, 2**31) for e in extents)
 
 
 # --8<-- [start:triton-kernel]
 def generate_triton_kernel(group: FusedGroup, removed: set[str], buffers: dict[str, Any],
                            number: int) -> KernelSource:
-    """Print ``group`` as a Triton pointwise kernel over a flat, masked ``xindex``."""
+    """Print ``group`` as a Triton pointwise kernel over a flat, masked ``xindex`` (or as a
+    tiled one, [Note: tiling]; or as a reduction kernel)."""
     ensure_interpreter_if_no_gpu()  # decides libdevice vs tl below
     if group.is_reduction():
         from inductor.codegen.triton_reduction import generate_triton_reduction
 
         return generate_triton_reduction(group, removed, buffers, number)
     kernel = TritonKernel(group, removed, buffers)
+    split = tiling_split(kernel)
+    if split is not None:
+        return generate_tiled_kernel(group, removed, buffers, number, split)
     kernel.generate_body()
     name = kernel_name("triton_poi", group, number)
     wide = ".to(tl.int64)" if needs_int64_indices(kernel) else ""  # else int32: faster
+    size_vars = kernel.size_params()  # [Note: sizes as kernel arguments]
     params = ", ".join([*kernel.in_args.values(), *kernel.out_args.values(), "xnumel",
-                        "XBLOCK: tl.constexpr"])
+                        *map(str, size_vars), "XBLOCK: tl.constexpr"])
     lines = [
         *kernel.header("#"),
-        *imports(),
+        *imports(kernel),
         "@triton.jit",
         f"def {name}({params}):",
         f"    xoffset = tl.program_id(0){wide} * XBLOCK",
@@ -298,6 +426,117 @@ def generate_triton_kernel(group: FusedGroup, removed: set[str], buffers: dict[s
         *("    " + line for line in kernel.lines),
     ]
     xblock, num_warps = block_size(kernel.numel)
+    launch = {"XBLOCK": xblock, "num_warps": num_warps}
+    hint = sizevars.current().hint
     return KernelSource(name, "\n".join(lines) + "\n", kernel.call_args(), kernel.numel,
-                        {"XBLOCK": xblock, "num_warps": num_warps})
+                        launch, size_vars=size_vars,
+                        configs=autotune.pointwise_configs(launch, hint(kernel.numel)))
 # --8<-- [end:triton-kernel]
+
+
+class TritonTiledKernel(TritonKernel):
+    """Prints a pointwise group over ``YBLOCK x XBLOCK`` tiles; see [Note: tiling]."""
+
+    BLOCK_SHAPE = "[1, 1]"  # broadcasting makes it a tile
+
+    def mask_for(self, index: Any) -> str:
+        names = {s.name[0] for s in sympy.sympify(index).free_symbols}
+        return " & ".join(m for m, n in (("ymask", "y"), ("xmask", "x")) if n in names)
+
+    def tile(self, split: int) -> tuple[IndexPlan, IndexPlan]:
+        """Rename the loop variables before ``split`` to ``y0, y1, ...`` and the rest to
+        ``x0, x1, ...``; returns the plans that recover them from yindex and xindex."""
+        plan = self.plan
+        ys = [sympy.Symbol(f"y{j}", integer=True, nonnegative=True) for j in range(split)]
+        xs = [sympy.Symbol(f"x{j}", integer=True, nonnegative=True)
+              for j in range(len(plan.symbols) - split)]
+        rename = dict(zip(plan.symbols, ys + xs))
+        self.plan = IndexPlan(plan.sizes, ys + xs, {sym: expr.xreplace(rename) for sym, expr
+                                                    in plan.replacements.items()})
+        return IndexPlan(plan.sizes[:split], ys, {}), IndexPlan(plan.sizes[split:], xs, {})
+
+
+MAX_GRID_Y = 65535  # CUDA's limit on the grid's axis 1 (and 2)
+TILING = os.environ.get("MINIPT2_TRITON_TILING", "1") != "0"  # 0: flat kernels only (A/B runs)
+
+
+def stride_along(index: sympy.Expr, var: sympy.Symbol) -> sympy.Expr | None:
+    """How far ``index`` moves when ``var`` grows by one, if it is linear in ``var``."""
+    if any(var in atom.free_symbols for atom in index.atoms(sympy.Mod, sympy.Function)):
+        return None
+    stride = sympy.diff(index, var)
+    return stride if stride.is_Integer else None
+
+
+# --8<-- [start:tiling-split]
+def tiling_split(kernel: TritonKernel) -> int | None:
+    """Where to cut the loop variables into y (outer) and x (inner), or None for a flat
+    kernel; see [Note: tiling]."""
+    symbols, votes = kernel.plan.symbols, collections.Counter()
+    if len(symbols) < 2 or not TILING:
+        return None
+    for node in kernel.group.nodes:
+        accesses = node.accesses(kernel.space)
+        for _, index in accesses.reads + accesses.writes:
+            strides = [stride_along(kernel.rewrite(index), var) for var in symbols]
+            if None in strides or abs(strides[-1]) <= 1:
+                continue  # coalesced, a broadcast, or not linear: the flat kernel it is
+            moving = [(abs(st), position) for position, st in enumerate(strides) if st != 0]
+            fastest = min(moving)[1]  # the variable along which this access is densest
+            if fastest != len(symbols) - 1:
+                votes[fastest] += 1
+    if not votes:
+        return None
+    split = max(votes, key=lambda position: (votes[position], position)) + 1
+    ynumel = sympy.sympify(numel(kernel.plan.sizes[:split]))
+    if not ynumel.is_Integer or -(-int(ynumel) // autotune.MIN_YBLOCK) > MAX_GRID_Y:
+        return None  # past the grid's limit, now or (a dynamic size) maybe at run time
+    return split
+# --8<-- [end:tiling-split]
+
+
+def tile_config(ynumel: int, xnumel: int) -> tuple[int, int, int]:
+    """(YBLOCK, XBLOCK, num_warps): 32 x 32 tiles, so a warp covers 32 neighbouring elements
+    along either side of the tile, 1024 elements over 4 warps; smaller for small extents."""
+    ynumel, xnumel = sizevars.current().hint(ynumel), sizevars.current().hint(xnumel)
+    yblock = min(32, 1 << max(0, ynumel - 1).bit_length())
+    xblock = min(32, 1 << max(0, xnumel - 1).bit_length())
+    return yblock, xblock, max(1, min(8, yblock * xblock // 256))
+
+
+# --8<-- [start:triton-tiled]
+def generate_tiled_kernel(group: FusedGroup, removed: set[str], buffers: dict[str, Any],
+                          number: int, split: int) -> KernelSource:
+    """Print ``group`` as a pointwise kernel over 2-D tiles; see [Note: tiling]."""
+    kernel = TritonTiledKernel(group, removed, buffers)
+    yplan, xplan = kernel.tile(split)
+    kernel.generate_body()
+    name = kernel_name("triton_poi", group, number)
+    wide = ".to(tl.int64)" if needs_int64_indices(kernel) else ""
+    size_vars = kernel.size_params()
+    params = ", ".join([*kernel.in_args.values(), *kernel.out_args.values(), "ynumel",
+                        "xnumel", *map(str, size_vars), "YBLOCK: tl.constexpr",
+                        "XBLOCK: tl.constexpr"])
+    lines = [
+        *kernel.header("#"),
+        *imports(kernel),
+        "@triton.jit",
+        f"def {name}({params}):",
+        f"    yoffset = tl.program_id(1){wide} * YBLOCK",
+        "    yindex = yoffset + tl.arange(0, YBLOCK)[:, None]",
+        "    ymask = yindex < ynumel",
+        f"    xoffset = tl.program_id(0){wide} * XBLOCK",
+        "    xindex = xoffset + tl.arange(0, XBLOCK)[None, :]",
+        "    xmask = xindex < xnumel",
+        *("    " + line for line in kernel.index_lines(yplan, "yindex")),
+        *("    " + line for line in kernel.index_lines(xplan, "xindex")),
+        *("    " + line for line in kernel.lines),
+    ]
+    ynumel, xnumel = numel(yplan.sizes), numel(xplan.sizes)
+    yblock, xblock, num_warps = tile_config(ynumel, xnumel)
+    launch = {"YBLOCK": yblock, "XBLOCK": xblock, "num_warps": num_warps}
+    hint = sizevars.current().hint
+    return KernelSource(name, "\n".join(lines) + "\n", kernel.call_args(), xnumel, launch,
+                        ynumel=ynumel, size_vars=size_vars,
+                        configs=autotune.tiled_configs(launch, hint(ynumel), hint(xnumel)))
+# --8<-- [end:triton-tiled]

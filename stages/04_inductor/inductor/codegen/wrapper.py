@@ -19,6 +19,7 @@ import sympy
 import torch
 
 from inductor.codegen.triton import KernelSource
+from inductor.exc import CompileError
 from inductor.ir import (
     Buffer,
     ComputedBuffer,
@@ -26,17 +27,21 @@ from inductor.ir import (
     FallbackKernel,
     InputBuffer,
     ReinterpretView,
+    ScatterBuffer,
+    SizeArg,
 )
 from inductor.scheduler import ExternNode, FusedGroup
+from inductor.sizevars import is_size_symbol, pexpr, size_symbols
 
 PRELUDE = '''import torch
 
 empty_strided = torch.empty_strided
 
 
-def grid(xnumel):
-    """Triton launch grid: one program per XBLOCK elements."""
-    return lambda meta: ((xnumel + meta["XBLOCK"] - 1) // meta["XBLOCK"],)
+def grid(xnumel, ynumel=1):
+    """Triton launch grid: one program per XBLOCK elements (per YBLOCK x XBLOCK tile)."""
+    return lambda meta: ((xnumel + meta["XBLOCK"] - 1) // meta["XBLOCK"],
+                         (ynumel + meta.get("YBLOCK", 1) - 1) // meta.get("YBLOCK", 1))
 
 
 def reinterpret(t, size, stride, offset):
@@ -56,8 +61,20 @@ def as_layout(t, size, stride):
 '''
 
 
-def _ints(values: list[sympy.Expr]) -> tuple[int, ...]:
-    return tuple(int(v) for v in values)
+class Sizes(tuple):
+    """Sizes or strides that print as Python source: ``(s0, 64)`` with dynamic shapes (the
+    wrapper binds ``s0``, see ``size_bindings``), ``(4, 64)`` without. Equal expressions are
+    equal keys, so buffer reuse works with symbolic sizes too."""
+
+    def __repr__(self) -> str:
+        items = [pexpr(v) for v in self]
+        return f"({', '.join(items)}{',' if len(items) == 1 else ''})"
+
+
+def _sizes(values: list[sympy.Expr]) -> tuple:
+    if all(sympy.sympify(v).is_Integer for v in values):
+        return tuple(int(v) for v in values)
+    return Sizes(sympy.sympify(v) for v in values)
 
 
 def literal(value: Any, constants: dict[str, Any]) -> str:
@@ -71,10 +88,12 @@ def literal(value: Any, constants: dict[str, Any]) -> str:
         return str(value)  # "torch.float32"
     if isinstance(value, ReinterpretView):  # [Note: views into library calls]
         layout = value.layout
-        return (f"reinterpret({value.name}, {_ints(layout.size)}, {_ints(layout.stride)}, "
-                f"{int(value.offset)})")
+        return (f"reinterpret({value.name}, {_sizes(layout.size)}, {_sizes(layout.stride)}, "
+                f"{pexpr(value.offset)})")
     if isinstance(value, Buffer):
         return value.name
+    if isinstance(value, sympy.Expr):  # a size: an int, or an expression of bound symbols
+        return pexpr(value)
     if isinstance(value, (list, tuple)):
         items = [literal(v, constants) for v in value]
         return f"[{', '.join(items)}]" if isinstance(value, list) else \
@@ -89,9 +108,10 @@ class WrapperCodeGen:
     """Prints the ``call`` function: allocations, launches, frees, return."""
 
     def __init__(self, graph: Any, groups: list, removed: set[str],
-                 kernels: dict[int, KernelSource], target: str) -> None:
+                 kernels: dict[int, KernelSource], target: str, autotune: bool = False) -> None:
         self.graph, self.groups, self.removed = graph, groups, removed
         self.kernels, self.target = kernels, target
+        self.autotune = autotune and target == "triton"  # [Note: autotuning]
         self.constants: dict[str, Any] = {}  # extra names the loader must bind
         self.lines: list[str] = []
         self.pool: dict[tuple, list[str]] = {}  # layout -> dead buffers to reuse
@@ -101,7 +121,7 @@ class WrapperCodeGen:
 
     def generate(self) -> str:
         args = ", ".join(b.name for b in self.graph.graph_inputs)
-        self.lines = [f"def call({args}):"]
+        self.lines = [f"def call({args}):", *self.size_bindings()]
         last_use = self.last_uses()
         for step, group in enumerate(self.groups):
             if isinstance(group, FusedGroup):
@@ -119,17 +139,22 @@ class WrapperCodeGen:
 
     def kernel_call(self, step: int, group: FusedGroup) -> None:
         kernel = self.kernels[step]
-        for node in group.nodes:
-            if node.name in kernel.args and node.name not in self.removed:
+        for node in group.nodes:  # a ScatterBuffer writes memory its copy allocated
+            if (node.name in kernel.args and node.name not in self.removed
+                    and not isinstance(node.buffer, ScatterBuffer)):
                 self.allocate(node.buffer)
-        if self.target == "triton":
+        args = ", ".join([*kernel.args, *map(pexpr, kernel.size_args())])
+        kernel_sizes = [pexpr(s) for s in kernel.size_vars]  # C++: after the pointers
+        if self.autotune:
+            self.lines.append(f"    {kernel.name}.run({args})  # autotuned over "
+                              f"{len(kernel.configs)} configs")
+        elif self.target == "triton":
             launch = ", ".join(f"{k}={v}" for k, v in kernel.launch.items())
-            sizes = [kernel.numel] + ([kernel.rnumel] if kernel.rnumel is not None else [])
-            self.lines.append(f"    {kernel.name}[grid({kernel.numel})]"
-                              f"({', '.join([*kernel.args, *map(str, sizes)])}, {launch})")
+            grid = ", ".join(map(pexpr, kernel.grid_args()))
+            self.lines.append(f"    {kernel.name}[grid({grid})]({args}, {launch})")
         else:
-            ptrs = ", ".join(f"{a}.data_ptr()" for a in kernel.args)
-            self.lines.append(f"    {kernel.name}({ptrs})")
+            ptrs = [f"{a}.data_ptr()" for a in kernel.args]
+            self.lines.append(f"    {kernel.name}({', '.join(ptrs + kernel_sizes)})")
 # --8<-- [end:wrapper]
 
     def extern_call(self, kernel: FallbackKernel) -> None:
@@ -141,7 +166,7 @@ class WrapperCodeGen:
         outs = outs + "," if kernel.multi_output and len(kernel.outputs) == 1 else outs
         self.lines.append(f"    {outs} = {kernel.name}({', '.join(args)})  # {kernel.op}")
         for out in kernel.buffers():
-            size, stride = _ints(out.layout.size), _ints(out.layout.stride)
+            size, stride = _sizes(out.layout.size), _sizes(out.layout.stride)
             self.lines.append(f"    {out.name} = as_layout({out.name}, {size}, {stride})")
 
     def allocate(self, buffer: ComputedBuffer) -> None:
@@ -149,7 +174,7 @@ class WrapperCodeGen:
         ``self.pool`` if there is one (memory planning), else a new ``empty_strided``."""
         # BEGIN EXERCISE inductor-reuse-buffer: allocate a buffer, reusing a dead one
         layout = buffer.layout
-        key = (_ints(layout.size), _ints(layout.stride), layout.dtype, str(layout.device))
+        key = (_sizes(layout.size), _sizes(layout.stride), layout.dtype, str(layout.device))
         if self.pool.get(key):
             old = self.pool[key].pop()
             self.lines.append(f"    {buffer.name} = {old}; del {old}  # reuse")
@@ -164,10 +189,42 @@ class WrapperCodeGen:
             return
         if isinstance(buffer, ComputedBuffer) and name not in self.extern_read:
             layout = buffer.layout
-            key = (_ints(layout.size), _ints(layout.stride), layout.dtype, str(layout.device))
+            key = (_sizes(layout.size), _sizes(layout.stride), layout.dtype, str(layout.device))
             self.pool.setdefault(key, []).append(name)
         elif isinstance(buffer, (ComputedBuffer, ExternBuffer)):
             self.lines.append(f"    del {name}")
+
+    # --8<-- [start:size-bindings]
+    def size_bindings(self) -> list[str]:
+        """``s0 = arg0.size(1)``: every size symbol the graph uses, read from the first input
+        that has it as a dim (or from a size argument). See [Note: sizes as kernel
+        arguments]."""
+        lines, bound = [], set()
+        for arg in self.graph.graph_inputs:
+            if isinstance(arg, SizeArg):
+                dims = [(arg.expr, arg.name)]
+            else:
+                dims = [(size, f"{arg.name}.size({d})") for d, size in enumerate(arg.layout.size)]
+            for size, read in dims:
+                if is_size_symbol(size) and size not in bound:
+                    bound.add(size)
+                    lines.append(f"    {size} = {read}")
+        missing = [s for s in self.used_symbols() if s not in bound]
+        if missing:
+            raise CompileError(f"size {missing[0]} is not a dim of any input, so the wrapper "
+                               "cannot compute it")
+        return lines
+    # --8<-- [end:size-bindings]
+
+    def used_symbols(self) -> list[sympy.Symbol]:
+        exprs = [e for b in self.graph.buffer_by_name.values()
+                 for e in (*b.layout.size, *b.layout.stride)]
+        exprs += [e for k in self.kernels.values() for e in k.size_args()]
+        exprs += [o for o in self.graph.graph_outputs if isinstance(o, sympy.Expr)]
+        exprs += [a for g in self.groups if isinstance(g, ExternNode) for a in
+                  torch.utils._pytree.tree_leaves((g.kernel.args, g.kernel.kwargs))
+                  if isinstance(a, sympy.Expr)]
+        return size_symbols(exprs)
 
     def graph_buffer(self, name: str) -> Buffer | None:
         return self.graph.buffer_by_name.get(name)

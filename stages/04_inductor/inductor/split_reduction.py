@@ -1,0 +1,130 @@
+"""Split reductions: few long rows become many short ones, then a second small reduction.
+
+Input: a ``Reduction`` that ``graph.py`` is about to realize, and a ``realize`` callback.
+Output: ``None`` (keep it as it is) or an equivalent ``Reduction`` that reads a realized
+buffer of partial results.
+
+Chapter: book/docs/inductor.md ("Split reductions").
+
+[Note: split reductions]
+A GPU reduction kernel runs one program per ``XBLOCK`` output rows. BatchNorm's statistics
+reduce a [128, 64, 32, 32] activation over everything but the 64 channels: 64 rows of
+131,072 elements, so 64 programs at most, on a GPU with 132 multiprocessors that each want
+several programs to hide memory latency. The fix is arithmetic, not a new kernel shape: view
+each row's ``rnumel`` elements as ``S`` chunks of ``rnumel / S``, reduce every chunk (a
+reduction with ``numel * S`` rows: plenty of programs), then reduce the ``S`` partial
+results of each row (a reduction with short rows, which its epilogue fuses into). Sum, prod,
+max and min combine partial results with themselves; partials of low-precision data stay in
+float32, so the result is rounded once, as eager's is. ``S`` divides ``rnumel`` exactly, so
+no chunk needs a mask. Only CUDA graphs split: a CPU kernel parallelises over rows with
+a couple of threads, and each thread already streams its rows at full speed.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import sympy
+import torch
+
+from inductor.ir import Expr, FloorDiv, Reduction, contiguous_strides
+from inductor.virtualized import ops
+
+SPLIT_TYPES = ("sum", "prod", "max", "min", "welford_mean", "welford_m2")
+TARGET_ROWS = 1024  # rows (programs' work items) the first kernel should have
+MAX_ROWS = 256  # reductions with at least this many rows are left alone
+MIN_CHUNK = 1024  # elements each partial reduces, at least
+SPLIT_DEVICES = {"cuda"}  # tests add "cpu" to run split kernels on both printers
+
+
+# --8<-- [start:choose-splits]
+def choose_splits(numel: int, rnumel: int) -> int:
+    """How many chunks to cut each row into (1: don't split)."""
+    if numel >= MAX_ROWS or rnumel < 2 * MIN_CHUNK:
+        return 1
+    splits = 1
+    while (numel * splits * 2 <= TARGET_ROWS and rnumel // (splits * 2) >= MIN_CHUNK
+           and rnumel % (splits * 2) == 0):
+        splits *= 2
+    return splits
+# --8<-- [end:choose-splits]
+
+
+def _int(values: Sequence[Expr]) -> list[int] | None:
+    try:
+        return [int(v) for v in values]
+    except TypeError:  # a symbolic size: leave the reduction alone
+        return None
+
+
+def split_reduction(value: Reduction, realize: Callable[[Any], Any]) -> Reduction | None:
+    """``value`` as a reduction over realized partial results, or None to keep it."""
+    if value.device.type not in SPLIT_DEVICES or value.reduction_type not in SPLIT_TYPES:
+        return None
+    ranges, rranges = _int(value.ranges), _int(value.reduction_ranges)
+    if ranges is None or rranges is None:
+        return None
+    rnumel = math.prod(rranges)
+    splits = choose_splits(math.prod(ranges), rnumel)
+    if splits == 1:
+        return None
+    chunk = rnumel // splits
+    rstrides = contiguous_strides(sympy.sympify(rranges))
+    partial_dtype = torch.float32 if value.dtype in (torch.float16, torch.bfloat16) \
+        else value.dtype
+
+    def partial_fn(index: Sequence[Expr], rindex: Sequence[Expr]) -> Any:
+        flat = index[-1] * chunk + rindex[0]  # position along the original reduced dims
+        original = [FloorDiv(flat, stride) % size if d else FloorDiv(flat, stride)
+                    for d, (size, stride) in enumerate(zip(rranges, rstrides))]
+        original = [sympy.Integer(0) if size == 1 else i for i, size in zip(original, rranges)]
+        result = value.inner_fn(list(index[:-1]), original)
+        return ops.to_dtype(result, partial_dtype) if partial_dtype != value.dtype else result
+
+    if value.reduction_type in ("welford_mean", "welford_m2"):
+        return split_welford(value, realize, partial_fn, partial_dtype, splits, chunk)
+    partials = realize(Reduction(value.device, partial_dtype, partial_fn,
+                                 [*value.ranges, sympy.Integer(splits)],
+                                 [sympy.Integer(chunk)], value.reduction_type))
+    load = partials.make_loader()
+    return Reduction(value.device, value.dtype,
+                     lambda index, rindex: load([*index, rindex[0]]),
+                     list(value.ranges), [sympy.Integer(splits)], value.reduction_type)
+
+
+
+def split_welford(value: Reduction, realize: Callable[[Any], Any], partial_fn: Callable,
+                  dtype: torch.dtype, splits: int, chunk: int) -> Reduction:
+    """Split ``mean_m2``'s reductions ([Note: welford] in lowering.py). Every chunk has
+    ``chunk`` elements, so the partial results combine exactly: the mean is the mean of the
+    chunks' means, and m2 is the sum over chunks of ``m2_c + chunk * (mean_c - mean)**2``.
+    The mean's and m2's partial reductions share one body, so the scheduler puts them in
+    one kernel and the printers compute them once."""
+    rows, chunks = [*value.ranges, sympy.Integer(splits)], [sympy.Integer(chunk)]
+    means = realize(Reduction(value.device, dtype, partial_fn, rows, chunks, "welford_mean"))
+    load_mean = means.make_loader()
+
+    def chunk_mean(index: Sequence[Expr], rindex: Sequence[Expr]) -> Any:
+        return load_mean([*index, rindex[0]])
+
+    mean = Reduction(value.device, value.dtype, chunk_mean, list(value.ranges),
+                     [sympy.Integer(splits)], "welford_mean")
+    if value.reduction_type == "welford_mean":
+        return mean
+    load_m2 = realize(Reduction(value.device, dtype, partial_fn, rows, chunks,
+                                "welford_m2")).make_loader()
+    load_total = realize(mean).make_loader()
+
+    def spread(index: Sequence[Expr], rindex: Sequence[Expr]) -> Any:
+        deviation = ops.sub(chunk_mean(index, rindex), load_total(index))
+        weight = ops.constant(float(chunk), dtype)
+        return ops.add(load_m2([*index, rindex[0]]),
+                       ops.mul(weight, ops.mul(deviation, deviation)))
+
+    return Reduction(value.device, value.dtype, spread, list(value.ranges),
+                     [sympy.Integer(splits)], "sum")
+
+
+__all__ = ["choose_splits", "split_reduction"]

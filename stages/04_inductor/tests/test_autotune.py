@@ -1,0 +1,224 @@
+"""``mode="max-autotune"``: candidate configs, the choice of the fastest, the disk cache.
+
+Without a GPU nothing can be timed ([Note: autotuning]), so the tests that tune replace
+``autotune.benchmark`` with a deterministic fake clock: it runs each launch once (so every
+candidate really runs) and reports made-up times in which the third candidate is fastest.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+
+import inductor
+import pytest
+import torch
+from inductor import autotune
+from inductor_testing import assert_close, prims_graph, to_target
+
+FASTEST = 2  # the candidate the fake clock says is fastest (not the heuristic, which is 0)
+
+# kind -> (prims program, input shape, eager)
+KERNELS = {
+    "flat": (lambda p, a: p.sin(a), (37, 53), torch.sin),
+    "tiled": (lambda p, a: p.sin(p.permute(a, [1, 0])), (37, 53), lambda x: x.t().sin()),
+    "persistent": (lambda p, a: p.sum(a, [1]), (37, 53), lambda x: x.sum(1)),
+    "looped": (lambda p, a: p.amax(a, [1]), (3, 9000), lambda x: x.amax(1)),
+}
+
+
+class FakeClock:
+    """``autotune.benchmark`` for tests: launches, then reports a deterministic time."""
+
+    def __init__(self) -> None:
+        self.timed: list[dict] = []
+
+    def __call__(self, launch, config) -> float:
+        launch()
+        self.timed.append(config)
+        return 1.0 + abs(len(self.timed) - 1 - FASTEST)
+
+
+def refuse_to_time(launch, config) -> float:
+    raise AssertionError("timed again: the cached config should have been used")
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("MINIPT2_CACHE_DIR", str(tmp_path))
+    autotune.clear_memory_cache()
+    yield tmp_path
+    autotune.clear_memory_cache()
+
+
+def use_clock(monkeypatch, clock) -> None:
+    monkeypatch.setattr(autotune, "can_time", lambda: True)
+    monkeypatch.setattr(autotune, "benchmark", clock)
+
+
+def compile_and_run(kind: str, mode: str = "max-autotune", target: str = "triton"):
+    fn, shape, eager = KERNELS[kind]
+    torch.manual_seed(0)
+    x = torch.randn(shape)
+    (gx,) = to_target([x], target)
+    compiled = inductor.compile_fx_inner(prims_graph(fn, [gx]), [gx], target=target, mode=mode)
+    (out,) = compiled(gx)
+    assert_close(out, eager(x))
+    return compiled
+
+
+def only_tuner(compiled) -> autotune.Autotuner:
+    (tuner,) = compiled.autotuners.values()
+    return tuner
+
+
+def entries(cache) -> list:
+    directory = cache / "autotune"
+    return sorted(directory.iterdir()) if directory.exists() else []
+
+
+@pytest.mark.parametrize("kind", sorted(KERNELS))
+def test_picks_the_fastest_config_and_caches_it(kind, cache, monkeypatch):
+    clock = FakeClock()
+    use_clock(monkeypatch, clock)
+    tuner = only_tuner(compile_and_run(kind))
+    configs = tuner.kernel.configs
+    assert len(configs) > FASTEST and clock.timed == configs  # every candidate was timed
+    ((config, how),) = tuner.decisions.values()
+    assert config == configs[FASTEST] != configs[0] and how.startswith("timed")
+    (entry,) = entries(cache)
+    assert json.loads(entry.read_text())["config"] == configs[FASTEST]
+    assert stat.S_IMODE(os.stat(cache / "autotune").st_mode) == 0o700
+
+
+@pytest.mark.parametrize("kind", sorted(KERNELS))
+def test_every_candidate_computes_the_same_result(kind, cache):
+    fn, shape, eager = KERNELS[kind]
+    tuner = only_tuner(compile_and_run(kind))
+    x = to_target([torch.randn(shape)], "triton")[0]
+    want = eager(x)
+    assert [n[:3] for n in tuner.kernel.args] == ["arg", "buf"]
+    for config in tuner.kernel.configs:
+        out = torch.full(want.shape, float("nan"), device=want.device)  # contiguous, as buf0
+        args = [x if name.startswith("arg") else out for name in tuner.kernel.args]
+        tuner.launch(config, [*args, *tuner.kernel.size_args()])
+        assert_close(out, want, msg=lambda m, c=config: f"{c}: {m}")
+
+
+def test_reuses_the_disk_cache_after_clearing_memory(cache, monkeypatch):
+    use_clock(monkeypatch, FakeClock())
+    first = only_tuner(compile_and_run("tiled"))
+    monkeypatch.setattr(autotune, "benchmark", refuse_to_time)
+    again = only_tuner(compile_and_run("tiled"))  # a new graph, same kernel: this process
+    assert list(again.decisions.values())[0][1] == "memory"
+    autotune.clear_memory_cache()
+    fresh = only_tuner(compile_and_run("tiled"))
+    ((config, how),) = fresh.decisions.values()
+    assert how == "disk" and config == list(first.decisions.values())[0][0]
+
+
+def test_reuses_the_disk_cache_in_a_new_process(cache, monkeypatch):
+    use_clock(monkeypatch, FakeClock())
+    tuner = only_tuner(compile_and_run("persistent"))
+    script = f"""
+import sys
+import torch
+sys.path.insert(0, {os.path.dirname(__file__)!r})
+import inductor
+from inductor import autotune
+from inductor_testing import prims_graph
+
+def refuse(launch, config):
+    raise AssertionError("timed again")
+
+autotune.can_time = lambda: True
+autotune.benchmark = refuse
+x = torch.randn(37, 53)
+compiled = inductor.compile_fx_inner(prims_graph(lambda p, a: p.sum(a, [1]), [x]), [x],
+                                     target="triton", mode="max-autotune")
+torch.testing.assert_close(compiled(x)[0], x.sum(1))
+((config, how),) = list(compiled.autotuners.values())[0].decisions.values()
+print(how, sorted(config.items()))
+"""
+    env = dict(os.environ, MINIPT2_CACHE_DIR=str(cache))
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                            env=env, timeout=300)
+    assert result.returncode == 0, result.stderr
+    ((config, _),) = tuner.decisions.values()
+    assert result.stdout.strip() == f"disk {sorted(config.items())}"
+
+
+@pytest.mark.parametrize("corruption", ["{not json", '{"config": {"XBLOCK": 3}}', "[]"])
+def test_a_corrupt_entry_is_rebuilt(corruption, cache, monkeypatch):
+    use_clock(monkeypatch, FakeClock())
+    compile_and_run("flat")
+    (entry,) = entries(cache)
+    entry.write_text(corruption)
+    autotune.clear_memory_cache()
+    clock = FakeClock()
+    use_clock(monkeypatch, clock)
+    tuner = only_tuner(compile_and_run("flat"))
+    ((config, how),) = tuner.decisions.values()
+    assert how.startswith("timed") and clock.timed == tuner.kernel.configs
+    assert json.loads(entry.read_text())["config"] == config == tuner.kernel.configs[FASTEST]
+
+
+def test_without_a_gpu_the_heuristic_is_used_and_nothing_written(cache):
+    for kind in KERNELS:
+        tuner = only_tuner(compile_and_run(kind))
+        ((config, how),) = tuner.decisions.values()
+        assert how == "heuristic" and config == tuner.kernel.configs[0] == tuner.kernel.launch
+    assert entries(cache) == []
+
+
+def test_default_mode_and_cpp_do_not_autotune(cache):
+    compiled = compile_and_run("flat", mode="default")
+    assert compiled.autotuners == {} and ".run(" not in compiled.artifacts["wrapper"]
+    assert "[grid(" in compiled.artifacts["wrapper"]
+    compiled = compile_and_run("flat", target="cpp")
+    assert compiled.autotuners == {} and ".run(" not in compiled.artifacts["wrapper"]
+
+
+def test_mode_reaches_the_launcher_through_driver(cache):
+    import driver
+
+    driver.reset()
+    x = to_target([torch.randn(37, 53)], "triton")[0]
+    compiled = driver.compile(lambda t: (t.t() * 2).sin(), mode="max-autotune",
+                              options={"target": "triton"})
+    assert_close(compiled(x), (x.t() * 2).sin())
+    (record,) = compiled.graphs
+    assert ".run(" in record.artifacts["wrapper"] and "autotuned over" in \
+        record.artifacts["wrapper"]
+    (graph,) = record.compiled.compiled_graphs
+    assert len(graph.autotuners) == 1
+
+
+def test_bad_mode():
+    x = torch.randn(3)
+    with pytest.raises(ValueError, match="mode"):
+        inductor.compile_fx_inner(prims_graph(lambda p, a: p.sin(a), [x]), [x], mode="fast")
+
+
+def test_candidate_lists():
+    flat = autotune.pointwise_configs({"XBLOCK": 1024, "num_warps": 4}, 10**6)
+    assert flat[0] == {"XBLOCK": 1024, "num_warps": 4} and len(flat) == len(
+        {tuple(sorted(c.items())) for c in flat})
+    tiny = autotune.pointwise_configs({"XBLOCK": 8, "num_warps": 1}, 5)
+    assert all(c["XBLOCK"] == 8 and c["num_warps"] == 1 for c in tiny)
+    tiled = autotune.tiled_configs({"YBLOCK": 32, "XBLOCK": 32, "num_warps": 4}, 5, 1000)
+    assert all(c["YBLOCK"] == 8 for c in tiled[1:])  # capped at the y extent
+    big = autotune.tiled_configs({"YBLOCK": 32, "XBLOCK": 32, "num_warps": 4}, 10**4, 10**4)
+    assert min(c["YBLOCK"] for c in big) >= autotune.MIN_YBLOCK
+    persistent = autotune.reduction_configs({"XBLOCK": 4, "RBLOCK": 1024, "num_warps": 8},
+                                            True, 100)
+    assert {c["RBLOCK"] for c in persistent} == {1024}  # a persistent row must fit
+    looped = autotune.reduction_configs({"XBLOCK": 1, "RBLOCK": 2048, "num_warps": 4},
+                                        False, 1)
+    assert len({c["RBLOCK"] for c in looped}) > 1 and all(c["XBLOCK"] == 1 for c in looped)
+    for c in [*flat, *tiled, *persistent, *looped]:
+        for key in ("XBLOCK", "YBLOCK", "RBLOCK"):
+            assert c.get(key, 1) & (c.get(key, 1) - 1) == 0  # powers of two (tl.arange)

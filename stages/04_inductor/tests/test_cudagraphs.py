@@ -1,0 +1,121 @@
+"""mode="reduce-overhead": CUDA graphs around the wrapper (inductor/cudagraphs.py).
+
+The bookkeeping (which inputs are copied, when a recording is busy) is tested on CPU tensors
+with a stand-in for the recorded graph; recording and replaying for real needs a GPU.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from inductor import cudagraphs
+from inductor.cudagraphs import CudaGraphRunner, Recording, is_placed
+
+import driver
+
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
+
+
+class FakeGraph:
+    """Replays ``fn`` (static inputs -> writes into static outputs) like a recording would."""
+
+    def __init__(self, fn):
+        self.fn, self.replays = fn, 0
+
+    def replay(self):
+        self.replays += 1
+        self.fn()
+
+
+def make_recording(x_static, w):
+    out = torch.empty(3)
+    graph = FakeGraph(lambda: torch.mul(x_static, w.detach(), out=out))
+    watched = [out, x_static]
+    return Recording(graph, [x_static, w], [False, True], (out,),
+                     [cudagraphs._use_count(t) for t in watched], watched)
+
+
+def test_copied_inputs_are_copied_and_placed_ones_read_in_place():
+    w = torch.nn.Parameter(torch.tensor([1.0, 2.0, 3.0]))
+    assert is_placed(w) and not is_placed(torch.ones(3))
+    rec = make_recording(torch.zeros(3), w)
+    x = torch.tensor([1.0, 1.0, 1.0])
+    assert rec.accepts([x, w])
+    assert not rec.accepts([x, torch.nn.Parameter(w.detach().clone())])  # other address
+    assert not rec.accepts([torch.ones(4), w])  # other shape
+    (out,) = rec.replay([x, w])
+    torch.testing.assert_close(out, x * w.detach())
+
+
+def test_a_held_output_makes_the_recording_busy():
+    w = torch.nn.Parameter(torch.ones(3))
+    rec = make_recording(torch.zeros(3), w)
+    assert not rec.busy()
+    (out,) = rec.replay([torch.ones(3), w])
+    assert rec.busy()  # the caller holds ``out``: a replay would overwrite it
+    view = out[1:]
+    del out
+    assert rec.busy()  # a view of it is enough
+    del view
+    assert not rec.busy()
+
+
+def test_runner_never_overwrites_a_live_output(monkeypatch):
+    """Two outputs alive: the second recording; three: a plain call. Values always right."""
+    recorded = []
+
+    def fake_record(self, args):
+        static = torch.empty(3)
+        static.copy_(args[0])
+        rec = make_recording(static, args[1])
+        recorded.append(rec)
+        return rec
+
+    monkeypatch.setattr(CudaGraphRunner, "record", fake_record)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    w = torch.nn.Parameter(torch.tensor([1.0, 2.0, 3.0]))
+    runner = CudaGraphRunner(lambda x, w: (x * w.detach(),))
+    xs = [torch.full((3,), float(i)) for i in range(5)]
+    outs = [runner(x, w)[0] for x in xs]  # all kept alive
+    assert len(recorded) == 2  # call 1 warms up, 2 and 3 record, 4 and 5 run plainly
+    for x, out in zip(xs, outs):
+        torch.testing.assert_close(out, x * w.detach())
+    del outs
+    out = runner(xs[1], w)[0]  # both recordings free again: replayed
+    torch.testing.assert_close(out, xs[1] * w.detach())
+    assert recorded[0].graph.replays + recorded[1].graph.replays == 3
+
+
+def test_reduce_overhead_on_cpu_runs_without_cuda_graphs():
+    def f(x):
+        return torch.relu(x) * 2
+
+    compiled = driver.compile(f, mode="reduce-overhead")
+    x = torch.randn(8)
+    for _ in range(3):
+        torch.testing.assert_close(compiled(x), f(x))
+
+
+@cuda
+def test_reduce_overhead_mlp_inference_and_training_on_gpu():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.GELU(),
+                                torch.nn.Linear(64, 8)).cuda()
+    twin = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.GELU(),
+                               torch.nn.Linear(64, 8)).cuda()
+    twin.load_state_dict(model.state_dict())
+    compiled = driver.compile(twin, mode="reduce-overhead")
+    xs = [torch.randn(16, 32, device="cuda") for _ in range(4)]
+    with torch.no_grad():
+        outs = [compiled(x) for x in xs]  # held together: never overwritten
+        for x, out in zip(xs, outs):
+            torch.testing.assert_close(out, model(x), rtol=1e-4, atol=1e-5)
+    opt_a = torch.optim.SGD(model.parameters(), lr=0.1)
+    opt_b = torch.optim.SGD(twin.parameters(), lr=0.1)
+    for step in range(5):
+        for fn, opt in ((model, opt_a), (compiled, opt_b)):
+            loss = fn(xs[step % 4]).square().mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        torch.testing.assert_close(twin[0].weight, model[0].weight, rtol=1e-4, atol=1e-5)

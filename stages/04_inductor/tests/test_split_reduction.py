@@ -1,0 +1,107 @@
+"""Split reductions ([Note: split reductions]) against eager, on both printers.
+
+Splitting only happens for CUDA tensors; these tests let CPU tensors split too, so the
+Triton interpreter and the C++ printer run the two-kernel form.
+"""
+
+from __future__ import annotations
+
+import inductor
+import pytest
+import torch
+from inductor import split_reduction as sr
+from inductor_testing import assert_close, prims_graph, to_target
+
+TARGETS = ["cpp", "triton"]
+
+
+@pytest.fixture(autouse=True)
+def split_on_cpu(monkeypatch):
+    monkeypatch.setattr(sr, "SPLIT_DEVICES", {"cuda", "cpu"})
+
+
+def compile_and_run(fn, inputs, target):
+    inputs = to_target(inputs, target)
+    compiled = inductor.compile_fx_inner(prims_graph(fn, inputs), inputs, target=target)
+    return compiled, compiled(*inputs)
+
+
+def test_choose_splits():
+    assert sr.choose_splits(64, 131072) == 16  # 64 channels: 1024 rows of 8192
+    assert sr.choose_splits(4096, 4096) == 1  # enough rows already
+    assert sr.choose_splits(1, 2047) == 1  # halves would be below the smallest chunk
+    assert sr.choose_splits(1, 1 << 20) == 1024  # 1024 rows of 1024
+    assert sr.choose_splits(3, 1000) == 1  # short rows: nothing to gain
+    assert sr.choose_splits(2, 3 * 4096) == 8  # chunks of 1536; 16 would make them 768
+    assert sr.choose_splits(1, 3 * 5 * 7 * 67) == 1  # odd: no power of two divides it
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("kind", ["sum", "amax", "amin", "prod"])
+def test_batchnorm_like_channel_reduction(target, kind):
+    """[N, C, H, W] reduced over N, H, W: few rows, long, and not contiguous per row."""
+    x = torch.randn(4, 3, 32, 24)
+    if kind == "prod":
+        x = 1 + x * 1e-3  # keep the product finite
+
+    def fn(p, a):
+        return getattr(p, kind)(p.mul(a, a) if kind == "sum" else a, [0, 2, 3])
+
+    compiled, (out,) = compile_and_run(fn, [x], target)
+    want = {"sum": lambda: (x * x).sum([0, 2, 3]), "amax": lambda: x.amax([0, 2, 3]),
+            "amin": lambda: x.amin([0, 2, 3]), "prod": lambda: x.prod(0).prod(1).prod(1)}
+    assert compiled.kernel_count == 2  # partials, then the partials of each row
+    assert_close(out, want[kind](), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_full_reduction_of_bf16_keeps_float32_partials(target):
+    x = torch.randn(1 << 16).to(torch.bfloat16)
+
+    def fn(p, a):
+        return (p.convert_element_type(p.sum(p.convert_element_type(a, torch.float32), [0]),
+                                       torch.bfloat16),)
+
+    compiled, (out,) = compile_and_run(fn, [x], target)
+    assert compiled.kernel_count == 2
+    assert_close(out, x.float().sum().to(torch.bfloat16))
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_epilogue_fuses_into_the_second_reduction(target):
+    x = torch.randn(2, 8192)
+
+    def fn(p, a):
+        s = p.sum(a, [1])
+        return (p.mul(s, p.scalar(0.5, s)),)
+
+    compiled, (out,) = compile_and_run(fn, [x], target)
+    assert compiled.kernel_count == 2
+    assert_close(out, x.sum(1) * 0.5, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_many_rows_are_not_split(target):
+    x = torch.randn(512, 64)
+
+    def fn(p, a):
+        return (p.sum(a, [1]),)
+
+    compiled, (out,) = compile_and_run(fn, [x], target)
+    assert compiled.kernel_count == 1
+    assert_close(out, x.sum(1), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("shape", [(300, 64), (1000, 33), (64, 4096)])
+def test_column_sums_use_the_outer_reduction_tile(shape):
+    """[Note: outer reductions]: a sum over dim 0 of a row-major matrix takes many outputs
+    per program and a short looped r, and still equals eager."""
+    from inductor.codegen.triton_reduction import launch_config
+
+    x = torch.randn(*shape)
+    compiled, (out,) = compile_and_run(lambda p, a: (p.sum(a, [0]),), [x], "triton")
+    assert "triton_red_" in compiled.artifacts["wrapper"]
+    persistent, xblock, _, _ = launch_config(shape[1], shape[0], 4, outer=True)
+    assert not persistent and xblock >= 16
+    assert f"XBLOCK={xblock}" in compiled.artifacts["wrapper"]
+    assert_close(out, x.sum(0), rtol=1e-5, atol=1e-4)
