@@ -31,7 +31,7 @@ import sympy
 import torch
 import torch.fx as fx
 import torch.utils._pytree as pytree
-from dynamo.shapes import FloorDiv, ShapeEnv, SymNode
+from dynamo.shapes import FloorDiv, ShapeEnv, SymNode, has_symbolic_sizes
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 
 from aotautograd.exc import AOTUnsupported
@@ -329,7 +329,9 @@ def track_aliases(func: torch._ops.OpOverload, args: tuple, kwargs: dict,
         # eager's view geometry (a decomposition's meta may be laid out differently):
         # needed to rebuild an output that is a view of an input (runtime.py)
         geometry = _eager_view(func, args, kwargs) if owner.role == "input" else None
-        for t, g in zip(pytree.tree_leaves(out), pytree.tree_leaves(geometry)):
+        leaves = pytree.tree_leaves(out)
+        shapes = pytree.tree_leaves(geometry) if geometry is not None else [None] * len(leaves)
+        for t, g in zip(leaves, shapes):
             if isinstance(t, TracerTensor):
                 t.base, t.base_version, t.view_meta = owner, owner.version, g
     return out
@@ -341,7 +343,15 @@ def _eager_view(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> objec
             return x.view_meta if x.view_meta is not None else x.meta
         return x
 
-    return func(*pytree.tree_map(geometry, args), **pytree.tree_map(geometry, kwargs))
+    try:
+        return func(*pytree.tree_map(geometry, args), **pytree.tree_map(geometry, kwargs))
+    except RuntimeError:
+        # ATen's C++ view kernels want concrete sizes: with symbolic sizes the geometry is
+        # unknown, and an output that is this view becomes a copy instead of an alias
+        if any(has_symbolic_sizes(t) for t in pytree.tree_leaves(args)
+               if isinstance(t, torch.Tensor)):
+            return None
+        raise
 
 
 def _is_metadata_arithmetic(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> bool:

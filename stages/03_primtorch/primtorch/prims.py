@@ -221,7 +221,7 @@ _register(
 
 
 def _convert_eager(a, dtype):
-    return a.to(dtype)
+    return a.to(dtype, copy=True)  # always a new tensor, as the schema promises
 
 
 def _convert_meta(a, dtype):

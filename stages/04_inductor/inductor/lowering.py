@@ -24,6 +24,7 @@ import sympy
 import torch
 from primtorch import prims
 
+from inductor import sizevars
 from inductor.ir import (
     Buffer,
     Expr,
@@ -35,6 +36,7 @@ from inductor.ir import (
     contiguous_strides,
     flat_index,
     sympify_all,
+    sympify_size,
 )
 from inductor.virtualized import V, ops
 
@@ -345,9 +347,9 @@ def mean_m2(a: IRNode, dims: Sequence[int]) -> tuple[IRNode, IRNode] | None:
 def iota(length: int, *, start: int, step: int, dtype: torch.dtype,
          device: torch.device) -> IRNode | None:
     """``start + step * i``: the loop index itself, as a value (``ops.index_expr``)."""
-    if dtype == torch.bool or not all(isinstance(v, int) for v in (length, start, step)):
+    if dtype == torch.bool or not all(isinstance(v, int) for v in (start, step)):
         return None
-    if abs(start) + abs(step) * length >= 2**31:
+    if not sizevars.current().known_below(abs(start) + abs(step) * length, 2**31):
         return None  # Triton indexes in int32; such ranges are rare: a library call
     return Pointwise(torch.device(device), dtype,
                      lambda index: ops.index_expr(start + step * index[0], dtype),
@@ -360,7 +362,9 @@ def slice_(a: IRNode, start_indices: Sequence[int], limit_indices: Sequence[int]
     """Element i of a dim is input element ``start + stride * i``: a view, like permute."""
     load = a.make_loader()
     starts, steps = sympify_all(start_indices), sympify_all(strides)
-    shape = [(limit - start + stride - 1) // stride if limit > start else 0
+    decide = sizevars.current().evaluate  # symbolic bounds: the trace's guards decided it
+    shape = [FloorDiv(sympify_size(limit) - start + stride - 1, stride)
+             if decide(sympy.Gt(sympify_size(limit), sympify_size(start))) else 0
              for start, limit, stride in zip(start_indices, limit_indices, strides)]
 
     def inner_fn(index: Sequence[Expr]) -> Any:

@@ -73,6 +73,16 @@ class SizeVars:
     def is_static(self, expr: Any) -> bool:
         return not size_symbols([self.simplify(expr)])
 
+    def evaluate(self, relation: Any) -> bool:
+        """A relation between sizes, as the traced sizes answer it (a guard if it was not
+        known; usually the trace already made that guard)."""
+        relation = self.simplify(relation)
+        if relation in (sympy.true, sympy.false):
+            return bool(relation)
+        if self.env is None:
+            raise ValueError(f"cannot decide {relation} without a shape environment")
+        return self.env.evaluate(relation)
+
     # --8<-- [start:known-below]
     def known_below(self, expr: Any, bound: int) -> bool:
         """Is ``expr < bound`` for every size this graph will run with? True if the value

@@ -99,7 +99,10 @@ def squeeze(a: torch.Tensor, dim: int | Sequence[int] | None = None) -> torch.Te
 
 @register_decomposition(aten.clone.default)
 def clone(a: torch.Tensor, *, memory_format: torch.memory_format | None = None):
-    return a  # see [Note: functional views]
+    """A new tensor, not a view: a graph output made by ``clone`` (or ``contiguous`` of a
+    view) must not share the input's memory, or writing to it would change the input. A
+    same-dtype ``convert_element_type`` is a fresh value that costs nothing inside a kernel."""
+    return prims.convert_element_type(a, a.dtype)
 
 
 @register_decomposition(aten.detach.default, aten.alias.default, aten.lift_fresh.default)

@@ -1,0 +1,270 @@
+"""Dynamic shapes end to end: one compiled graph for many sizes, through all four stages.
+
+Eager is the oracle; the compile count (``compiled.graphs``) is the point: a GPT-style decoder
+fed every length from 4 to 256 compiles at most twice (static at the first length, symbolic
+from the second on), on every backend and both code generators.
+Chapter: book/docs/dynamic-shapes.md.
+"""
+
+import os
+import warnings
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import driver
+
+DEVICE = os.environ.get("MINIPT2_TEST_DEVICE", "cpu")
+TARGETS = ["triton"] if DEVICE == "cuda" else ["triton", "cpp"]
+BACKENDS = [("eager", None), ("aot_eager", None), *(("inductor", t) for t in TARGETS)]
+
+
+@pytest.fixture(autouse=True)
+def _fresh():
+    driver.reset()
+    torch.set_default_device(DEVICE)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", driver.api.FallbackWarning if hasattr(
+            driver.api, "FallbackWarning") else UserWarning)
+        yield
+    torch.set_default_device(None)
+    driver.reset()
+
+
+def compile_with(model, backend, target, **kwargs):
+    options = {"target": target} if target else None
+    return driver.compile(model, backend=backend, options=options, **kwargs)
+
+
+def source_of(compiled, prefix: str) -> str:
+    return "\n".join(text for record in compiled.graphs for key, text in
+                     record.artifacts.items() if key.startswith(prefix))
+
+
+# ------------------------------------------------------------------ a small GPT-2 decoder
+
+
+class Attention(nn.Module):
+    def __init__(self, n_embd: int, n_head: int):
+        super().__init__()
+        self.c_attn, self.c_proj = nn.Linear(n_embd, 3 * n_embd), nn.Linear(n_embd, n_embd)
+        self.n_head = n_head
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = self.c_attn(x).split(C, dim=2)
+        q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+                   for t in (q, k, v))  # (B, nh, T, hs)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.c_proj(y.transpose(1, 2).contiguous().view(B, T, C))
+
+
+class Block(nn.Module):
+    def __init__(self, n_embd: int, n_head: int):
+        super().__init__()
+        self.ln_1, self.ln_2 = nn.LayerNorm(n_embd), nn.LayerNorm(n_embd)
+        self.attn = Attention(n_embd, n_head)
+        self.fc, self.proj = nn.Linear(n_embd, 4 * n_embd), nn.Linear(4 * n_embd, n_embd)
+
+    def forward(self, x):
+        x = x + self.attn(self.ln_1(x))
+        return x + self.proj(F.gelu(self.fc(self.ln_2(x)), approximate="tanh"))
+
+
+class TinyGPT(nn.Module):
+    """nanoGPT's inference path: the logits of the last position, ``(B, 1, vocab)``."""
+
+    def __init__(self, vocab=64, block_size=256, n_embd=32, n_head=2, n_layer=2):
+        super().__init__()
+        self.wte, self.wpe = nn.Embedding(vocab, n_embd), nn.Embedding(block_size, n_embd)
+        self.h = nn.ModuleList(Block(n_embd, n_head) for _ in range(n_layer))
+        self.ln_f = nn.LayerNorm(n_embd)
+        self.lm_head = nn.Linear(n_embd, vocab, bias=False)
+        self.lm_head.weight = self.wte.weight
+
+    def forward(self, idx):
+        pos = torch.arange(idx.shape[1], device=idx.device)
+        x = self.wte(idx) + self.wpe(pos)  # (B, T, C)
+        for block in self.h:
+            x = block(x)
+        return self.lm_head(self.ln_f(x)[:, -1:, :])
+
+
+ALL_LENGTHS = list(range(4, 257))
+# The Triton interpreter runs a forward in seconds: it gets lengths spread over 4..256.
+INTERPRETED_LENGTHS = [4, 5, 6, 17, 64, 100, 129, 255, 256]
+
+
+@pytest.mark.parametrize("backend,target", BACKENDS, ids=lambda v: str(v))
+def test_gpt_decode_compiles_at_most_twice(backend, target):
+    torch.manual_seed(0)
+    model = TinyGPT().eval()
+    tokens = torch.randint(64, (2, 256))
+    compiled = compile_with(model, backend, target)
+    interpreted = target == "triton" and DEVICE != "cuda"
+    lengths = INTERPRETED_LENGTHS if interpreted else ALL_LENGTHS
+    with torch.no_grad():
+        for length in lengths:
+            idx = tokens[:, :length]
+            torch.testing.assert_close(compiled(idx), model(idx), rtol=1e-4, atol=1e-5)
+    assert len(compiled.graphs) == 2
+    shape_guards = [str(g) for g in compiled.graphs[1].guards if g.source == "shapes"]
+    assert "2 <= idx.size()[1]" in shape_guards
+    assert not any("==" in g for g in shape_guards), shape_guards  # nothing specialised
+    if backend == "inductor":
+        wrapper = compiled.graphs[1].artifacts["wrapper"]
+        assert "s0 = arg0.size(1)" in wrapper  # the length, read from the tokens
+
+
+# ------------------------------------------------------------------ an MLP over batch sizes
+
+
+def mlp():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(12, 32), nn.GELU(), nn.Linear(32, 32), nn.LayerNorm(32),
+                         nn.Linear(32, 5))
+
+
+@pytest.mark.parametrize("backend,target", BACKENDS, ids=lambda v: str(v))
+def test_mlp_training_over_batch_sizes(backend, target):
+    model, reference = mlp(), mlp()
+    compiled = compile_with(model, backend, target)
+    for batch in (3, 8, 5, 17, 2, 64):
+        x = torch.randn(batch, 12)
+        x1, x2 = x.clone().requires_grad_(), x.clone().requires_grad_()
+        out, want = compiled(x1), reference(x2)
+        torch.testing.assert_close(out, want, rtol=1e-4, atol=1e-5)
+        (out * out).sum().backward()
+        (want * want).sum().backward()
+        torch.testing.assert_close(x1.grad, x2.grad, rtol=1e-4, atol=1e-5)
+        for p, q in zip(model.parameters(), reference.parameters()):
+            torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5)
+            p.grad = q.grad = None
+    assert len(compiled.graphs) == 2  # batch 3 static, then one graph for every batch
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_kernels_take_sizes_as_arguments(target):
+    model = mlp()
+    compiled = compile_with(model, "inductor", target, dynamic=True)
+    with torch.no_grad():
+        for batch in (7, 33):
+            x = torch.randn(batch, 12)
+            torch.testing.assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-5)
+    assert len(compiled.graphs) == 1
+    kernels = source_of(compiled, "kernels/")
+    assert ("int64_t s0" if target == "cpp" else ", s0,") in kernels
+    wrapper = compiled.graphs[0].artifacts["wrapper"]
+    assert "s0 = arg0.size(0)" in wrapper and "empty_strided((s0, 32)" in wrapper
+
+
+# ------------------------------------------------------------------ shape-dependent Python
+
+
+def split_heads(x, w):
+    B = x.shape[0]
+    half = x.shape[1] // 2
+    h = (x @ w).view(B, -1, 4)  # (B, T * 8 / 4, 4)
+    return h[:, :half].softmax(-1).sum(1) * half
+
+
+@pytest.mark.parametrize("backend,target", BACKENDS, ids=lambda v: str(v))
+def test_shape_arithmetic_stays_in_one_graph(backend, target):
+    w = torch.randn(6, 8)
+    compiled = compile_with(split_heads, backend, target, dynamic=True)
+    for batch, width in ((3, 6), (5, 6), (9, 6)):
+        x = torch.randn(batch, width, 6).reshape(batch * width, 6)[: batch * width]
+        x = x.reshape(batch, width, 6)
+        torch.testing.assert_close(compiled(x, w), split_heads(x, w), rtol=1e-4, atol=1e-5)
+    assert len(compiled.graphs) == 1
+    guards = [str(g) for g in compiled.graphs[0].guards]
+    assert "2 <= x.size()[0]" in guards and "x.size()[1] == 6" not in guards
+    report = driver.explain(split_heads)(torch.randn(4, 6, 6), w)
+    assert report.graph_break_count == 0
+
+
+def branch_on_length(x):
+    if x.shape[0] > 8:
+        return x.cumsum(0) * 2 if False else x.sum(0) + x.shape[0]
+    return x.amax(0) - x.shape[0]
+
+
+@pytest.mark.parametrize("backend,target", BACKENDS, ids=lambda v: str(v))
+def test_failing_relation_recompiles_exactly_once(backend, target):
+    compiled = compile_with(branch_on_length, backend, target, dynamic=True)
+    for n in (10, 12, 40):
+        x = torch.randn(n, 3)
+        torch.testing.assert_close(compiled(x), branch_on_length(x))
+    assert len(compiled.graphs) == 1
+    assert "x.size()[0] > 8" in [str(g) for g in compiled.graphs[0].guards]
+    for n in (4, 6, 2, 8, 9, 30):  # the relation fails once, then both graphs serve
+        x = torch.randn(n, 3)
+        torch.testing.assert_close(compiled(x), branch_on_length(x))
+    assert len(compiled.graphs) == 2
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_mark_dynamic_compiles_once(target):
+    model = mlp()
+    compiled = compile_with(model, "inductor", target)
+    with torch.no_grad():
+        for batch in (4, 6, 9):
+            x = torch.randn(batch, 12)
+            driver.mark_dynamic(x, 0)
+            torch.testing.assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-5)
+    assert len(compiled.graphs) == 1
+
+
+# ------------------------------------------------------------------ dtypes, strides, size 1
+
+
+def rows(x, y):
+    return (x.float() * y).softmax(-1) + x.float().mean(-1, keepdim=True)
+
+
+@pytest.mark.parametrize("target", [*TARGETS, "fallback"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int32])
+def test_dtypes_and_strides_with_symbolic_sizes(target, dtype):
+    compiled = compile_with(rows, "inductor", target, dynamic=True)
+    for n, m in ((3, 5), (7, 5), (4, 11), (1, 5), (6, 1)):
+        x = (torch.randn(m, n) * 4).to(dtype).t()  # transposed: strides (1, n)
+        y = torch.randn(n, m)
+        tol = {"rtol": 2e-2, "atol": 2e-2} if dtype == torch.bfloat16 else {}
+        torch.testing.assert_close(compiled(x, y), rows(x, y), **tol)
+    # (3, 5), (7, 5), (4, 11) share one graph; size 1 is specialised ([Note: 0/1
+    # specialization]), each size-1 case compiles its own
+    assert len(compiled.graphs) <= 3
+
+
+def empty_rows(x):
+    return x.sum(-1) * 2
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_empty_and_unit_sizes(target):
+    compiled = compile_with(empty_rows, "inductor", target, dynamic=True)
+    for shape in ((0, 4), (1, 4), (5, 4), (5, 0), (9, 4)):
+        x = torch.randn(shape)
+        torch.testing.assert_close(compiled(x), empty_rows(x))
+
+
+# ------------------------------------------------------------------ data-dependent sizes
+
+
+def keep_positive(x):
+    y = x * 2
+    kept = y[y > 0]  # its size depends on the data: a graph break
+    return kept.sum() + y.shape[0]
+
+
+@pytest.mark.parametrize("backend,target", BACKENDS, ids=lambda v: str(v))
+def test_boolean_mask_breaks_cleanly(backend, target):
+    compiled = compile_with(keep_positive, backend, target, dynamic=True)
+    for n in (5, 8, 13):
+        x = torch.randn(n)
+        torch.testing.assert_close(compiled(x), keep_positive(x))
+    report = driver.explain(keep_positive)(torch.randn(6))
+    assert report.graph_break_count == 1
+    assert "depends on the data" in report.break_reasons[0]
