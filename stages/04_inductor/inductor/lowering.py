@@ -353,7 +353,7 @@ def iota(length: int, *, start: int, step: int, dtype: torch.dtype,
         return None  # Triton indexes in int32; such ranges are rare: a library call
     return Pointwise(torch.device(device), dtype,
                      lambda index: ops.index_expr(start + step * index[0], dtype),
-                     [sympy.Integer(length)])
+                     [sympify_size(length)])
 
 
 @register_lowering(prims.slice)
