@@ -35,4 +35,6 @@ def test_model_suite_runs_tiny_on_cpu(tmp_path):
     assert by_name["graph_breaks"]["minipt2_graphs"] >= 2  # the print and .item() split it
     decode = by_name["decode_dynamic"]
     assert decode["lengths"] == len(models.DECODE_LENGTHS["tiny"])
+    assert decode["minipt2_graphs"] <= 2  # dynamic shapes: static, then one symbolic graph
+    assert [r["length"] for r in decode["per_length"]] == list(models.DECODE_LENGTHS["tiny"])
     assert "decode_dynamic" in result.stdout and "geomean float32" in result.stdout

@@ -741,7 +741,9 @@ def concrete(t: Any) -> Any:
 
 def hint_int(value: Any) -> int:
     """The traced value of a size (no guard)."""
-    return int(value.node.hint()) if isinstance(value, torch.SymInt) else int(value)
+    if isinstance(value, torch.SymInt) and isinstance(value.node, SymNode):
+        return int(value.node.hint())
+    return int(value)
 
 
 def specialize_all(values: Any) -> None:

@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 import torch.fx as fx
-from dynamo.shapes import has_symbolic_sizes, hint_int
+from dynamo.shapes import find_env, has_symbolic_sizes, hint_int
 
 from aotautograd.joint import Program, module_state, trace_program
 from aotautograd.partitioners import PARTITIONERS, Partition
@@ -155,8 +155,7 @@ def symbolic_inputs(gm: Callable, example_inputs: Sequence[object]) -> list | No
     if not isinstance(gm, fx.GraphModule):
         return None
     metas = [n.meta.get("example_value") for n in gm.graph.nodes if n.op == "placeholder"]
-    if len(metas) != len(example_inputs) or not any(
-            isinstance(m, torch.Tensor) and has_symbolic_sizes(m) for m in metas):
-        return None
+    if len(metas) != len(example_inputs) or find_env(metas) is None:
+        return None  # static, or another tracer's symbols (PyTorch's own dynamo)
     return [m if isinstance(m, torch.Tensor) and has_symbolic_sizes(m) else None
             for m in metas]
