@@ -13,7 +13,8 @@ from .convert_frame import CacheEntry
 from .eval_frame import ExplainOutput, cache_entries, explain, optimize, reset
 from .exc import FallbackWarning, Unsupported, unimplemented
 from .guards import Guard
-from .shapes import ShapeEnv, SymNode, mark_dynamic
+from .shapes import ShapeEnv, mark_dynamic
+from .sym_node import SymNode
 
 __all__ = [
     "CacheEntry", "ExplainOutput", "FallbackWarning", "Guard", "ShapeEnv", "SymNode",

@@ -21,7 +21,7 @@ from torch.utils._pytree import tree_leaves, tree_map, tree_map_only
 from . import config
 from .exc import UserErrorInTrace, unimplemented
 from .guards import GUARD_GLOBALS
-from .shapes import concrete, find_env, specialize_all
+from .sym_node import concrete, find_env, specialize_all
 from .variables.base import VariableTracker
 from .variables.tensor import TensorVariable
 

@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 import torch.fx as fx
-from dynamo.shapes import find_env, has_symbolic_sizes, hint_int
+from dynamo.sym_node import find_env, has_symbolic_sizes, hint_int
 
 from aotautograd.joint import Program, module_state, trace_program
 from aotautograd.partitioners import PARTITIONERS, Partition

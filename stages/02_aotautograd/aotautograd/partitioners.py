@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 
 import torch
 import torch.fx as fx
-from dynamo.shapes import hint_int
+from dynamo.sym_node import hint_int
 
 from aotautograd.joint import Program
 from aotautograd.maxflow import FlowNetwork, min_cut

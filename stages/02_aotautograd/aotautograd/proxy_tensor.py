@@ -31,7 +31,8 @@ import sympy
 import torch
 import torch.fx as fx
 import torch.utils._pytree as pytree
-from dynamo.shapes import FloorDiv, ShapeEnv, SymNode, has_symbolic_sizes
+from dynamo.shapes import FloorDiv, ShapeEnv
+from dynamo.sym_node import SymNode, has_symbolic_sizes
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 
 from aotautograd.exc import AOTUnsupported

@@ -52,11 +52,13 @@ softmax (amax, then exp and sum, then div), layer norm and RMS norm are each one
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Sequence
 
 import sympy
 
 from inductor.ir import ComputedBuffer, FallbackKernel, FloorDiv, index_vars
+from inductor.sizevars import is_size_symbol
 from inductor.virtualized import ReadWritesHandler, V, is_indirect
 
 MAX_FUSED_NODES = 64  # past this a kernel gets hard to read and to compile; see score_fusion
@@ -77,16 +79,31 @@ def space_ranges(space: Space) -> dict[sympy.Symbol, sympy.Expr]:
 
 def _upper_bound(expr: sympy.Expr, ranges: dict[sympy.Symbol, sympy.Expr]) -> sympy.Expr | None:
     """The largest value of ``expr`` over the loops, if it is a sum of loop symbols with
-    non-negative integer coefficients plus a non-negative constant; else None."""
+    non-negative coefficients plus a non-negative constant; else None. Coefficients may be
+    expressions of size symbols (dynamic shapes: ``512*s1*i0``), which are positive."""
     expr = sympy.expand(expr)
-    if not expr.free_symbols <= ranges.keys():
+    loops = {s for s in expr.free_symbols if not is_size_symbol(s)}
+    if not loops <= ranges.keys():
         return None
-    coeffs = {sym: expr.coeff(sym) for sym in expr.free_symbols}
+    coeffs = {sym: expr.coeff(sym) for sym in loops}
     rest = sympy.expand(expr - sum(c * sym for sym, c in coeffs.items()))
-    if not (rest.is_Integer and rest >= 0 and all(c.is_Integer and c >= 0
-                                                   for c in coeffs.values())):
+    if not all(_nonnegative_size(c, loops) for c in [rest, *coeffs.values()]):
         return None
     return rest + sum(c * (ranges[sym] - 1) for sym, c in coeffs.items())
+
+
+def _nonnegative_size(c: sympy.Expr, loops: set) -> bool:
+    """A non-negative integer, or a product of size symbols and one (no loop symbol)."""
+    if c.is_Integer:
+        return c >= 0
+    return not (c.free_symbols & loops) and c.is_nonnegative is True
+
+
+def _below(upper: sympy.Expr, bound: sympy.Expr) -> bool:
+    """``upper < bound`` for every value of the size symbols (``512*s1 - 1 < 512*s1``)."""
+    if upper.is_Integer and bound.is_Integer:
+        return upper < bound
+    return sympy.expand(bound - upper).is_positive is True
 
 
 def simplify_index(expr: sympy.Expr, ranges: dict[sympy.Symbol, sympy.Expr]) -> sympy.Expr:
@@ -96,12 +113,56 @@ def simplify_index(expr: sympy.Expr, ranges: dict[sympy.Symbol, sympy.Expr]) -> 
     expr = sympy.sympify(expr)
     if not expr.args:
         return expr
-    expr = expr.func(*[simplify_index(arg, ranges) for arg in expr.args])
-    if isinstance(expr, (sympy.Mod, FloorDiv)) and expr.args[1].is_Integer:
+    rebuilt = expr.func(*[simplify_index(arg, ranges) for arg in expr.args])
+    if type(rebuilt) is not type(expr):  # it simplified itself: (q*d + r) // d -> q + r // d
+        return simplify_index(rebuilt, ranges)
+    expr = rebuilt
+    if isinstance(expr, FloorDiv):
+        narrowed = _drop_small_remainder(expr, ranges)
+        if narrowed is not None:
+            return simplify_index(narrowed, ranges)
+    if isinstance(expr, sympy.Add):
+        expr = _recombine(expr)
+    if isinstance(expr, (sympy.Mod, FloorDiv)) and not (
+            expr.args[1].free_symbols - {s for s in expr.args[1].free_symbols
+                                         if is_size_symbol(s)}):
         upper = _upper_bound(expr.args[0], ranges)
-        if upper is not None and upper.is_Integer and upper < expr.args[1]:
+        if upper is not None and _below(upper, expr.args[1]):
             return expr.args[0] if isinstance(expr, sympy.Mod) else sympy.Integer(0)
     return expr
+
+
+def _drop_small_remainder(expr: FloorDiv, ranges: dict) -> sympy.Expr | None:
+    """``(k*a + b) // (k*m)`` is ``a // m`` when ``0 <= b < k`` (k an integer): a reshape of a
+    reshape, ``(512*i0 + i1) // (512*s1)`` with ``i1 < 512``, becomes ``i0 // s1``."""
+    base, divisor = expr.args
+    dcoeff = divisor.as_coeff_Mul()[0]
+    if not (dcoeff.is_Integer and dcoeff > 1 and isinstance(base, sympy.Add)):
+        return None
+    coeffs = {int(t.as_coeff_Mul()[0]) for t in base.args if t.as_coeff_Mul()[0].is_Integer}
+    for k in sorted({math.gcd(int(dcoeff), c) for c in coeffs} - {1}, reverse=True):
+        whole = [t for t in base.args if (t / k).as_coeff_Mul()[0].is_Integer]
+        rest = sympy.Add(*[t for t in base.args if t not in whole])
+        upper = _upper_bound(rest, ranges)
+        if whole and rest != 0 and upper is not None and _below(upper, sympy.Integer(k)):
+            return FloorDiv(sympy.expand(sympy.Add(*whole) / k), sympy.expand(divisor / k))
+    return None
+
+
+def _recombine(expr: sympy.Add) -> sympy.Expr:
+    """``m*(a // m) + a % m`` is ``a`` (times a common coefficient)."""
+    terms = list(expr.args)
+    for mod_term in [t for t in terms if t.has(sympy.Mod)]:
+        coeff, mod = mod_term.as_coeff_Mul()
+        if not isinstance(mod, sympy.Mod):
+            continue
+        a, m = mod.args
+        partner = sympy.expand(coeff * m * FloorDiv(a, m))
+        if partner in terms and mod_term in terms:
+            terms.remove(partner)
+            terms.remove(mod_term)
+            terms.append(coeff * a)
+    return sympy.Add(*terms)
 
 
 def _non_one(sizes: Sequence[sympy.Expr]) -> list[sympy.Expr]:

@@ -29,7 +29,8 @@ from typing import Any
 
 import sympy
 import torch
-from dynamo.shapes import ShapeEnv, find_env, python_expr
+from dynamo.shapes import ShapeEnv, python_expr
+from dynamo.sym_node import find_env
 
 
 def is_size_symbol(symbol: Any) -> bool:

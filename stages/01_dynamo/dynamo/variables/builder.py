@@ -30,7 +30,8 @@ from ..guards import (
     make_tensor_guards,
     make_type_guard,
 )
-from ..shapes import MARK_ATTR, SymTypes, symbolic_meta
+from ..shapes import MARK_ATTR, SymTypes
+from ..sym_node import symbolic_meta
 from .base import VariableTracker
 from .builtin import BuiltinVariable, has_special_case, is_pure
 from .constant import ConstantVariable, SymNumberVariable, is_literal

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.fx
 
-from ..shapes import SymNode
+from ..sym_node import SymNode
 from .base import VariableTracker
 
 if TYPE_CHECKING:

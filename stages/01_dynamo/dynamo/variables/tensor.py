@@ -19,7 +19,8 @@ import torch
 import torch.fx
 
 from ..exc import UserErrorInTrace, unimplemented
-from ..shapes import SymTypes, has_symbolic_sizes
+from ..shapes import SymTypes
+from ..sym_node import has_symbolic_sizes
 from .base import VariableTracker
 from .constant import ConstantVariable
 from .misc import MethodVariable

@@ -149,6 +149,7 @@ def arange_start_step(start: Number, end: Number, step: Number = 1, *, dtype=Non
 # --8<-- [end:arange]
 
 
+# --8<-- [start:arange-length]
 def _is_int(value: object) -> bool:
     return isinstance(value, (int, torch.SymInt))
 
@@ -160,6 +161,7 @@ def _length(start: Number, end: Number, step: Number):
     if _is_int(start) and _is_int(end) and isinstance(step, int) and step > 0:
         return torch.sym_max((end - start + step - 1) // step, 0)
     return max(math.ceil((end - start) / step), 0)
+# --8<-- [end:arange-length]
 
 
 @register_decomposition(aten.arange.start)

@@ -199,6 +199,7 @@ class WrapperCodeGen:
         """``s0 = arg0.size(1)``: every size symbol the graph uses, read from the first input
         that has it as a dim (or from a size argument). See [Note: sizes as kernel
         arguments]."""
+        # BEGIN EXERCISE inductor-size-bindings: read every size symbol from the inputs
         lines, bound = [], set()
         for arg in self.graph.graph_inputs:
             if isinstance(arg, SizeArg):
@@ -214,6 +215,7 @@ class WrapperCodeGen:
             raise CompileError(f"size {missing[0]} is not a dim of any input, so the wrapper "
                                "cannot compute it")
         return lines
+        # END EXERCISE inductor-size-bindings
     # --8<-- [end:size-bindings]
 
     def used_symbols(self) -> list[sympy.Symbol]:
