@@ -176,8 +176,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] in (["bench"], ["ops"]) and not {"-h", "--help"} & set(argv[1:2]):
-        # their options belong to another parser: hand them over untouched
+    if argv[:1] in (["bench"], ["ops"]):
+        # their options (--help included) belong to another parser: hand them over untouched
         args = argparse.Namespace(rest=argv[1:])
         return cmd_bench(args) if argv[0] == "bench" else cmd_ops(args)
     args = build_parser().parse_args(argv)

@@ -186,6 +186,24 @@ def test_shape_arithmetic_stays_in_one_graph(backend, target):
     assert report.graph_break_count == 0
 
 
+def test_symbolic_matmul_runs_as_python_in_both_tracers(monkeypatch):
+    """[Note: composite ops and symbolic sizes]: ``x @ w`` on symbolic sizes goes through
+    dynamo/composites.py in dynamo's example values and in aotautograd's trace (with
+    PyTorch 2.11 ATen's own C++ ``matmul`` refuses symbolic tensors)."""
+    from dynamo import composites
+
+    seen = []
+    for name, python_version in list(composites.OVERRIDES.items()):
+        def spy(a, b, _version=python_version):
+            seen.append(type(a).__name__)
+            return _version(a, b)
+        monkeypatch.setitem(composites.OVERRIDES, name, spy)
+    compiled = compile_with(split_heads, "aot_eager", None, dynamic=True)
+    x, w = torch.randn(3, 6, 6), torch.randn(6, 8)
+    torch.testing.assert_close(compiled(x, w), split_heads(x, w), rtol=1e-4, atol=1e-5)
+    assert len(seen) >= 2, seen  # once for dynamo's example value, once in aotautograd
+
+
 def branch_on_length(x):
     if x.shape[0] > 8:
         return x.cumsum(0) * 2 if False else x.sum(0) + x.shape[0]

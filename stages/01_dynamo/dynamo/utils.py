@@ -19,6 +19,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves, tree_map, tree_map_only
 
 from . import config
+from .composites import SymbolicComposites
 from .exc import UserErrorInTrace, unimplemented
 from .guards import GUARD_GLOBALS
 from .sym_node import concrete, find_env, specialize_all
@@ -70,7 +71,9 @@ DATA_DEPENDENT_SIZES = frozenset({"nonzero", "masked_select", "unique", "unique_
 
 def _run(kind: str, target: Any, args: list, kwargs: dict, symbolic: bool) -> Any:
     mode = SymbolicMetaMode(config.meta_decompositions) if symbolic else contextlib.nullcontext()
-    with torch.device("meta"), mode:  # factories without device= build meta tensors too
+    # [Note: composite ops and symbolic sizes]
+    composites = SymbolicComposites() if symbolic else contextlib.nullcontext()
+    with torch.device("meta"), mode, composites:  # factories without device= build meta too
         if kind == "call_method":
             return _run_method(target, args, kwargs)
         return target(*args, **kwargs)

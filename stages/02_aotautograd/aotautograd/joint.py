@@ -33,7 +33,7 @@ import torch
 import torch.fx as fx
 import torch.utils._pytree as pytree
 
-from aotautograd.proxy_tensor import DecompositionTable, Tracer, TracerTensor, TracingMode
+from aotautograd.proxy_tensor import DecompositionTable, Tracer, TracerTensor, tracing
 
 
 @dataclass
@@ -129,7 +129,7 @@ def trace_program(fn: Callable, example_inputs: Sequence[object],
                 name, tensor), train and tensor.requires_grad)
             primals.append(by_id[id(tensor)])
             state_names.append(name)
-    with swapped_state(fn, {n: by_id[id(t)] for n, t in state.items()}), TracingMode(tracer):
+    with swapped_state(fn, {n: by_id[id(t)] for n, t in state.items()}), tracing(tracer, primals):
         outputs = pytree.tree_leaves(fn(*primals[:len(example_inputs)]))
         program_outputs, graph_values = classify_outputs(tracer, primals, outputs)
         differentiable = [i for i, v in enumerate(graph_values)

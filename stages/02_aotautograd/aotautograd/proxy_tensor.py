@@ -24,13 +24,15 @@ on the TracerTensors, and its own ops come back through the mode) or recorded: o
 
 from __future__ import annotations
 
+import contextlib
 import operator
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import sympy
 import torch
 import torch.fx as fx
 import torch.utils._pytree as pytree
+from dynamo.composites import SymbolicComposites
 from dynamo.shapes import FloorDiv, ShapeEnv
 from dynamo.sym_node import SymNode, has_symbolic_sizes
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
@@ -71,9 +73,13 @@ class TracerTensor(torch.Tensor):
     input_index: int | None  # position among the graph's inputs, for role "input"
 
     @staticmethod
-    def __new__(cls, meta: torch.Tensor, device: torch.device, proxy: fx.Proxy):
+    def __new__(cls, meta: torch.Tensor, device: torch.device, proxy: fx.Proxy,
+                layout: torch.Tensor | None = None):
+        # The strides the program sees are ``layout``'s when given: eager's geometry of a
+        # view of an input, see [Note: eager strides of input views]; else ``meta``'s.
+        layout = meta if layout is None else layout
         self = torch.Tensor._make_wrapper_subclass(
-            cls, meta.shape, strides=meta.stride(), storage_offset=meta.storage_offset(),
+            cls, layout.shape, strides=layout.stride(), storage_offset=layout.storage_offset(),
             dtype=meta.dtype, device=device, requires_grad=False,
         )
         self.meta, self.proxy = meta, proxy
@@ -330,12 +336,31 @@ def track_aliases(func: torch._ops.OpOverload, args: tuple, kwargs: dict,
         # eager's view geometry (a decomposition's meta may be laid out differently):
         # needed to rebuild an output that is a view of an input (runtime.py)
         geometry = _eager_view(func, args, kwargs) if owner.role == "input" else None
-        leaves = pytree.tree_leaves(out)
+        leaves, spec = pytree.tree_flatten(out)
         shapes = pytree.tree_leaves(geometry) if geometry is not None else [None] * len(leaves)
-        for t, g in zip(leaves, shapes):
-            if isinstance(t, TracerTensor):
-                t.base, t.base_version, t.view_meta = owner, owner.version, g
+        leaves = [_as_view(t, owner, g) if isinstance(t, TracerTensor) else t
+                  for t, g in zip(leaves, shapes)]
+        out = pytree.tree_unflatten(leaves, spec)
     return out
+
+
+def _as_view(t: TracerTensor, owner: TracerTensor, geometry: torch.Tensor | None) -> TracerTensor:
+    """``t`` marked as a view of ``owner``'s storage.
+
+    [Note: eager strides of input views] Prims lay their results out row-major, so the meta
+    tensor of ``x.t()`` says "contiguous" although eager's ``x.t()`` is not. The program
+    reads strides too: ``x.t().contiguous()`` is a no-op in C++ when ``is_contiguous()``
+    holds, and ``reshape`` chooses between a view and a copy by them. Had the TracerTensor
+    of a view of an input reported the meta's strides, ``contiguous()`` would have returned
+    the view itself, which the runtime rebuilds as an alias of the input (runtime.py): an
+    output sharing memory that eager copies. So a view of an input reports eager's
+    geometry (``geometry``), while its ``meta`` keeps the graph's layout.
+    """
+    if geometry is not None and (geometry.stride() != t.stride()
+                                 or geometry.storage_offset() != t.storage_offset()):
+        t = TracerTensor(t.meta, t.device, t.proxy, layout=geometry)
+    t.base, t.base_version, t.view_meta = owner, owner.version, geometry
+    return t
 
 
 def _eager_view(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> object:
@@ -395,6 +420,16 @@ def output_device(func: torch._ops.OpOverload, flat_args: list, kwargs: dict) ->
     return ([t for t in tensors if t.dim() > 0] or tensors)[0].device
 
 
+@contextlib.contextmanager
+def tracing(tracer: Tracer, inputs: Sequence[object]) -> Iterator[None]:
+    """``TracingMode``; with symbolic sizes among ``inputs``, also the Python versions of
+    the composite ops that ATen's C++ would run above the mode ([Note: composite ops and
+    symbolic sizes] in dynamo/composites.py)."""
+    symbolic = any(isinstance(x, torch.Tensor) and has_symbolic_sizes(x) for x in inputs)
+    with TracingMode(tracer), SymbolicComposites() if symbolic else contextlib.nullcontext():
+        yield
+
+
 # --8<-- [start:trace]
 def trace(
     fn: Callable,
@@ -408,7 +443,7 @@ def trace(
         raise TypeError(f"trace: fn must be callable, got {type(fn).__name__}")
     tracer = Tracer(dict(decompositions or {}), _attribute_names(fn))
     inputs = [tracer.placeholder(i, x) for i, x in enumerate(example_inputs)]
-    with TracingMode(tracer):
+    with tracing(tracer, inputs):
         outputs = fn(*inputs)
     results = []
     for leaf in pytree.tree_leaves(outputs):

@@ -1,0 +1,91 @@
+"""Composite ATen ops in Python, for tensors with symbolic sizes.
+
+Input: a call of ``torch.matmul`` (or ``@``) on tensors whose sizes are SymInts, made while
+``SymbolicComposites`` is active. Output: the same result, computed from ops that reach
+``__torch_dispatch__`` one by one (``mm``, ``bmm``, ``reshape``, ``expand``, ...).
+Chapter: book/docs/dynamic-shapes.md ("Meta tensors with symbolic sizes").
+
+# [Note: composite ops and symbolic sizes]
+# Some ATen ops have no kernel of their own: they are *CompositeImplicitAutograd*, C++ that
+# calls other ops (``matmul`` picks ``mm``, ``bmm`` or a fold into ``mm`` by looking at the
+# ranks). That C++ runs above every dispatch mode, so neither our meta mode (dynamo) nor the
+# tracer (aotautograd) gets a say, and in some PyTorch releases it asks a tensor for a plain
+# ``numel()``, which a tensor with symbolic sizes refuses ("Cannot call numel() on tensor
+# with symbolic sizes/strides"; seen with PyTorch 2.11's matmul, fixed by 2.13). PyTorch's
+# own tracer meets the same C++ and answers with Python versions of these ops, installed
+# through its "Python dispatcher". We do the smaller thing: a ``TorchFunctionMode`` that,
+# only while sizes are symbolic, sends these functions to the Python versions below. They
+# are written with the ops the C++ would have called, so the traced graph is the same; a
+# static trace never enters this module.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+
+def _prod(sizes: Any) -> Any:
+    """The product of sizes (SymInts multiply into one expression)."""
+    return math.prod(sizes, start=1)
+
+
+def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``torch.matmul`` by cases on the ranks, as ATen's composite does it."""
+    if a.dim() == 0 or b.dim() == 0:
+        raise RuntimeError("both arguments to matmul need to be at least 1D, but they are "
+                           f"{a.dim()}D and {b.dim()}D")
+    if a.dim() == 1 and b.dim() == 1:
+        return torch.dot(a, b)
+    if a.dim() <= 2 and b.dim() <= 2:  # vector-matrix cases go through mm and back
+        out = torch.mm(a.unsqueeze(0) if a.dim() == 1 else a,
+                       b.unsqueeze(1) if b.dim() == 1 else b)
+        if a.dim() == 1:
+            out = out.squeeze(0)
+        return out.squeeze(-1) if b.dim() == 1 else out
+    if a.dim() >= 3 and b.dim() <= 2:
+        # fold the batch dims of `a` into its rows: one mm instead of a bmm
+        rows = a.reshape(_prod(a.shape[:-1]), a.shape[-1])
+        out = torch.mm(rows, b.unsqueeze(1) if b.dim() == 1 else b)
+        return out.reshape(*a.shape[:-1], *([] if b.dim() == 1 else [b.shape[-1]]))
+    # the general case: broadcast the batch dims, then one bmm
+    a2 = a.unsqueeze(0) if a.dim() == 1 else a
+    b2 = b.unsqueeze(-1) if b.dim() == 1 else b
+    batch = torch.broadcast_shapes(a2.shape[:-2], b2.shape[:-2])
+    m, k, n = a2.shape[-2], a2.shape[-1], b2.shape[-1]
+    a3 = a2.expand(*batch, m, k).reshape(_prod(batch), m, k)
+    b3 = b2.expand(*batch, k, n).reshape(_prod(batch), k, n)
+    out = torch.bmm(a3, b3).reshape(*batch, m, n)
+    if a.dim() == 1:
+        out = out.squeeze(-2)
+    return out.squeeze(-1) if b.dim() == 1 else out
+
+
+def _rmatmul(b: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
+    return matmul(a, b)
+
+
+# What each public spelling of the op becomes, by name: ``torch.matmul`` and
+# ``Tensor.matmul`` arrive as themselves, but ``a @ b`` arrives as the plain function inside
+# ``Tensor.__matmul__``'s decorator, so the function object is not a reliable key. Only
+# torch's own API reaches ``__torch_function__``, so the name is.
+OVERRIDES = {
+    "matmul": matmul,
+    "__matmul__": matmul,
+    "__rmatmul__": _rmatmul,
+}
+
+
+class SymbolicComposites(TorchFunctionMode):
+    """Routes the composite ops of ``OVERRIDES`` to their Python versions. Enter it only
+    while tracing with symbolic sizes ([Note: composite ops and symbolic sizes])."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        override = OVERRIDES.get(getattr(func, "__name__", None))
+        if override is not None and not kwargs:  # ``out=`` and friends: leave to ATen
+            return override(*args)
+        return func(*args, **kwargs)
