@@ -33,6 +33,7 @@ def _prod(sizes: Any) -> Any:
     return math.prod(sizes, start=1)
 
 
+# --8<-- [start:matmul]
 def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """``torch.matmul`` by cases on the ranks, as ATen's composite does it."""
     if a.dim() == 0 or b.dim() == 0:
@@ -62,6 +63,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     if a.dim() == 1:
         out = out.squeeze(-2)
     return out.squeeze(-1) if b.dim() == 1 else out
+# --8<-- [end:matmul]
 
 
 def _rmatmul(b: torch.Tensor, a: torch.Tensor) -> torch.Tensor:

@@ -30,7 +30,7 @@ from .exc import (
     reproduce_line,
     unimplemented,
 )
-from .guards import RESERVED_NAMES, Guard, compile_guards, make_frame_function
+from .guards import RESERVED_NAMES, Guard, compile_guards
 from .output_graph import OutputGraph
 from .resume_execution import live_locals, original_location
 from .side_effects import SideEffects
@@ -60,8 +60,9 @@ class CacheEntry:
     graph: torch.fx.GraphModule | None  # None when the trace recorded no operation
     guards: list[Guard]
     compiled_fn: Callable[..., Any] | None
-    check_fn: Callable[..., bool]  # all guards, compiled into one function
-    inputs_fn: Callable[..., tuple[Any, ...]]  # fetches the placeholders' tensors
+    # all guards compiled into one function that also fetches the placeholders' tensors:
+    # the inputs tuple when every guard holds, else None ([Note: compiled guard check])
+    check_fn: Callable[..., tuple[Any, ...] | None]
     output_nodes: list[torch.fx.Node]  # graph output i is the value of output_nodes[i]
     output: VariableTracker | None  # the returned structure (None at a graph break)
     side_effects: SideEffects
@@ -70,15 +71,16 @@ class CacheEntry:
     resume_offset: int | None = None  # where the frame continues after the break
     dynamic: bool | None = None  # the ``dynamic=`` setting, handed on to resume functions
 
-    def check(self, frame: Frame) -> bool:
+    def check(self, frame: Frame) -> tuple[Any, ...] | None:
+        """The graph inputs of ``frame`` if this entry may serve it, else None."""
         return self.check_fn(frame.f_globals, frame.closure, **frame.arguments)
 
     # --8<-- [start:run-entry]
-    def run(self, frame: Frame) -> Any:
-        """Graph, then side effects, then the return value or the rest of the frame."""
+    def run(self, frame: Frame, inputs: tuple[Any, ...]) -> Any:
+        """Graph, then side effects, then the return value or the rest of the frame.
+        ``inputs``: the graph inputs, as ``check`` fetched them."""
         outputs: Any = ()
         if self.compiled_fn is not None:
-            inputs = self.inputs_fn(frame.f_globals, frame.closure, **frame.arguments)
             outputs = self.compiled_fn(*inputs)
         rt = Residual(dict(zip(self.output_nodes, outputs)), frame.namespace())
         self.side_effects.replay(rt)
@@ -141,15 +143,13 @@ def convert_frame(frame: Frame, backend: Callable[..., Any], allow_breaks: bool 
     params = list(frame.arguments)
     compiled_fn = _compile(backend, graph, output.example_inputs) if graph else None
     guards = output.guard_list()  # after the backend: it may have added shape guards
-    sources = "".join(f"{source}, " for source in output.input_sources)
     resume_offset = None
     if bp is not None:
         index = tracer.offset_to_index[bp.inst.offset]
         resume_offset = tracer.instructions[index + 1].offset
     return CacheEntry(
         code=frame.code, graph=graph, guards=guards, compiled_fn=compiled_fn,
-        check_fn=compile_guards(guards, params),
-        inputs_fn=make_frame_function("___graph_inputs", params, f"({sources})"),
+        check_fn=compile_guards(guards, params, output.input_sources, frame.namespace()),
         output_nodes=output_nodes, output=return_value, side_effects=output.side_effects,
         backend=backend, break_point=bp, resume_offset=resume_offset, dynamic=dynamic,
     )

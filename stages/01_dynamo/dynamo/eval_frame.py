@@ -128,8 +128,9 @@ def _call(
         return run_eagerly()
     entries = [e for e in _cache.setdefault(code, []) if e.backend is backend]
     for entry in entries:  # oldest first, like PyTorch's cache
-        if entry.check(frame):
-            return entry.run(frame)
+        inputs = entry.check(frame)  # the graph inputs, or None: a guard failed
+        if inputs is not None:
+            return entry.run(frame, inputs)
     if len(entries) >= config.recompile_limit:  # [Note: recompile limit]
         _recompile_limit_hit(frame, entries[-1])
         return run_eagerly()
@@ -139,10 +140,25 @@ def _call(
         _skipped.add(code)
     if entry is None:
         return run_eagerly()
+    inputs = entry.check(frame)  # the guards must hold for the very call they came from
+    if inputs is None:
+        _rejects_own_call(frame, entry)
+        return run_eagerly()
     _cache[code].append(entry)
     _created.append(entry)
-    return entry.run(frame)
+    return entry.run(frame, inputs)
 # --8<-- [end:cache-lookup]
+
+
+def _rejects_own_call(frame: Frame, entry: CacheEntry) -> None:
+    """A bug of this stage: a guard that is False for the call it was made from. The entry
+    could never be used; run eagerly, and say which guard (MINIPT2_STRICT=1 raises)."""
+    failed = first_failing_guard(entry.guards, frame.namespace())
+    message = f"{frame.code.co_name}(): guard {failed} rejects the call it was made from"
+    if config.strict():
+        raise AssertionError(message)
+    warnings.warn(f'minipt2 stage "dynamo": {message}; running it eagerly.', FallbackWarning,
+                  stacklevel=4)
 
 
 def _recompile_limit_hit(frame: Frame, last: CacheEntry) -> None:

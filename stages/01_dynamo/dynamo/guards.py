@@ -23,7 +23,9 @@ Chapter: book/docs/dynamo.md ("Guards").
 
 from __future__ import annotations
 
+import ast
 import builtins
+import copy
 import dataclasses
 import math
 import sys
@@ -208,26 +210,309 @@ def make_autocast_guard() -> Guard:
     return Guard("torch", "AUTOCAST", " and ".join(terms))
 
 
-def make_frame_function(name: str, params: Sequence[str], expr: str) -> Callable[..., Any]:
-    """Compile ``def name(G, C, *params): return expr`` in the guard namespace.
-
-    Used for the guard check and for fetching graph inputs from a frame; the
-    expressions are built only from identifiers, integers and repr()'d
-    literals (see ``literal``), never from unescaped user text.
-    """
+# --8<-- [start:compile-guards]
+def compile_guards(guards: Sequence[Guard], params: Sequence[str],
+                   input_sources: Sequence[str] = (),
+                   example: dict[str, Any] | None = None) -> Callable[..., tuple | None]:
+    """One function per cache entry: ``check(G, C, *params)`` is the tuple of the graph's
+    inputs (fetched by ``input_sources``) when every guard holds, and None otherwise.
+    ``example``: the namespace of the call being compiled (``G``, ``C`` and the
+    arguments), which tells where a module attribute lives. See [Note: compiled guard check]
+    for how the function is built and why it is fast."""
+    implied = _implied_by_size(guards)
+    checked = [ast.parse(g.expr, mode="eval").body for g in guards if g.expr not in implied]
+    inputs = [ast.parse(source, mode="eval").body for source in input_sources]
+    pinned = {g.source for g in guards if g.kind == "ID"}
+    gen = _CheckCodegen(params, checked + inputs, pinned, _Examples(example))
+    for tree in checked:
+        gen.add_guard(tree)
+    inputs = [gen.rewrite(tree, fetch=True) for tree in inputs]
+    gen.flush()
+    returned = "".join(f"{ast.unparse(node)}, " for node in inputs)
     signature = ", ".join(["G", "C", *params])
-    text = f"def {name}({signature}):\n    return {expr}\n"
-    namespace = dict(GUARD_GLOBALS)
-    exec(compile(text, f"<dynamo {name}>", "exec"), namespace)
-    fn = namespace[name]
+    text = (f"def ___check_guards({signature}):\n    try:\n"
+            + "".join(f"        {line}\n" for line in gen.lines or ["pass"])
+            + "    except Exception:  # a source that no longer resolves: a miss\n"
+            + "        return None\n"
+            + f"    return ({returned})\n")
+    namespace = {**GUARD_GLOBALS, **gen.constants}
+    exec(compile(text, "<dynamo ___check_guards>", "exec"), namespace)
+    fn = namespace["___check_guards"]
     fn.source_text = text  # kept for debugging and the book
     return fn
+# --8<-- [end:compile-guards]
 
 
-def compile_guards(guards: Sequence[Guard], params: Sequence[str]) -> Callable[..., bool]:
-    """One check function: the ``and`` of all guard expressions, in order."""
-    body = "(\n        " + "\n        and ".join(g.expr for g in guards) + "\n    )"
-    return make_frame_function("___check_guards", params, body if guards else "True")
+# [Note: compiled guard check]
+# The cache checks an entry's guards on every call, so the check is the price of a cache hit;
+# a GPT of 12 blocks has ~1,700 guards. Evaluated one by one, each walking its source from
+# ``self`` again, they cost milliseconds. Instead every entry gets one generated Python
+# function, made with ``compile()`` once, that checks the guards in their printed order and
+# returns the graph inputs (``fn.source_text`` shows it):
+#
+#     def ___check_guards(G, C, self, idx):
+#         try:
+#             ___s0 = torch.Tensor
+#             if not (not torch.is_grad_enabled()
+#                 and id(self) == 1403...
+#                 and type(idx) is ___s0 and ...):
+#                 return None
+#             ___s2 = self.__dict__
+#             if not ('h' not in ___s2 and 'h' not in ___s2['_parameters'] and ...):
+#                 return None
+#             ___s3 = ___s2['_modules']['h']                 # self.h
+#             ...
+#             ___s9 = ___s8['_parameters']['weight']          # self.h[0].ln_1.weight
+#             if not (type(___s9) is ___s5 and ___s9.dtype == ___s6 and ...):
+#                 return None
+#         except Exception:  # a source that no longer resolves: a miss
+#             return None
+#         return (idx, ___s9, ...)
+#
+# What makes it cheap, without dropping a single guard:
+# - Every source is fetched once, into a local shared by the guards that read it, by the
+#   sources below it and by the graph inputs (returned by the check: fetching them again
+#   would walk the module tree a second time). A source is fetched right before the first
+#   guard that reads it, so a type guard still runs before ``.dtype`` is asked of a value.
+# - Module state is read from the module's tables (``_parameters``, ``_buffers``,
+#   ``_modules``), not through ``nn.Module.__getattr__``, which Python calls only after a
+#   normal lookup failed with an AttributeError (~1 us per read). See ``_read``.
+# - Constants are made once: ``torch.device('cpu')`` when the function is made,
+#   ``torch.float32`` / ``torch.nn.Parameter`` once per call, not once per guard.
+# - A guard implied by another is left out of the generated code (never out of the printed
+#   list): ``x.ndim == 2`` when ``x.size() == (8, 8)`` is checked too.
+# What may change between two calls, and which guard sees it: a parameter replaced (the
+# table holds another tensor, whose guards are checked; a tied weight's ALIAS guard fails),
+# a submodule replaced (its identity guard), ``requires_grad`` flipped or ``.data`` swapped
+# for another shape, dtype or device (tensor guards, read again on every call), an attribute
+# changed (``training``, ``eps``: value guards), a block appended to a ModuleList (its length
+# guard). Nothing is remembered from one call to the next; only reads *within* a call are
+# shared. A source that raises (a block deleted) makes the call a miss, as
+# ``first_failing_guard`` reports it. Assumed, as everywhere in dynamo (a method's code is
+# not guarded either): classes are not changed after compiling.
+
+
+class _CheckCodegen:
+    """Builds the body of ``___check_guards``: fetch statements and guard groups, in order.
+
+    A *source chain* is a parameter (or ``G``, ``C``, ``torch``...) followed by attribute
+    reads and constant subscripts (``self.h[0].attn``), or a tensor's ``.size()`` /
+    ``.stride()``: reading it has no effect, so its value can be kept in a local (``___s3``).
+    A chain gets a local when it is *shared*: read by two guards, or the parent of two
+    different chains (``self.h[0]`` of ``self.h[0].ln_1`` and ``self.h[0].attn``).
+    """
+
+    def __init__(self, params: Sequence[str], trees: Sequence[ast.expr], pinned: set[str],
+                 example: Callable[[str], Any]) -> None:
+        self.fetched: dict[str, str] = {name: name for name in ("G", "C", *GUARD_GLOBALS)}
+        self.fetched.update({name: name for name in params})  # chain -> local holding it
+        self.shared = _shared_chains(trees, set(self.fetched))
+        self.lines: list[str] = []
+        self.group: list[str] = []  # guards to check together, joined by ``and``
+        self.constants: dict[str, Any] = {}  # name in the generated code -> value
+        self.count = 0  # locals made so far
+        self.pinned = pinned  # sources with an identity guard
+        self.example = example  # source -> its value in the call being compiled
+
+    def add_guard(self, expr: ast.expr) -> None:
+        text = ast.unparse(self.rewrite(expr, fetch=True))  # may flush the current group
+        self.group.append(text)
+
+    def flush(self) -> None:
+        """Check the guards collected so far (before anything else is fetched)."""
+        if self.group:
+            self.lines.append("if not (" + "\n            and ".join(self.group) + "):")
+            self.lines.append("    return None")
+            self.group = []
+
+    def rewrite(self, node: ast.expr, fetch: bool) -> ast.expr:
+        """``node`` reading fetched locals instead of chains. With ``fetch``, a shared chain
+        not fetched yet is fetched now; without it (inside the second operand of ``and``,
+        ``or``, ``if``, which may never be evaluated) nothing new is fetched."""
+        constant = self._constant(node)
+        if constant is not None:
+            return constant
+        text = _chain_text(node, self.fetched)
+        if text is not None and text in self.fetched:
+            return ast.Name(self.fetched[text], ast.Load())
+        if text is not None and fetch and (text in self.shared or self._in_tables(node)):
+            parent = self.rewrite(_chain_parent(node), fetch=True)
+            if _chain_root(node) not in ("torch", "math"):  # torch.float32 is always safe
+                self.flush()  # the guards before this fetch decide whether it may be read
+            code = self._read(node, parent)
+            local = f"___s{self.count}"
+            self.count += 1
+            self.lines.append(f"{local} = {code}")
+            self.fetched[text] = local
+            return ast.Name(local, ast.Load())
+        conditional = isinstance(node, (ast.BoolOp, ast.IfExp))
+        return _map_children(node, lambda child, first: self.rewrite(
+            child, fetch and (first or not conditional) and not isinstance(node, ast.Lambda)))
+
+    # --8<-- [start:module-tables]
+    def _in_tables(self, node: ast.expr) -> str | None:
+        """The table (``_parameters``, ``_buffers``, ``_modules``) in which
+        ``nn.Module.__getattr__`` finds ``node`` (``owner.weight``, ``module_list[3]``), if
+        ``owner`` is a module that the guards pin by identity; else None."""
+        if not isinstance(node, (ast.Attribute, ast.Subscript)):
+            return None
+        owner_text = ast.unparse(_chain_parent(node))
+        if owner_text not in self.pinned:
+            return None
+        owner = self.example(owner_text)
+        if not isinstance(owner, torch.nn.Module):
+            return None
+        if isinstance(node, ast.Subscript):  # ModuleList keys are always '0' ... 'n-1'
+            index = node.slice.value
+            ok = type(owner) is torch.nn.ModuleList and type(index) is int and index >= 0
+            return "_modules" if ok and str(index) in owner._modules else None
+        if (type(owner).__getattr__ is not torch.nn.Module.__getattr__
+                or node.attr in owner.__dict__ or hasattr(type(owner), node.attr)):
+            return None  # found before __getattr__ is asked
+        return next((t for t in _TABLES if node.attr in owner.__dict__[t]), None)
+
+    def _read(self, node: ast.expr, parent: ast.Name) -> str:
+        """The code that reads ``node`` from its parent's local. A module's parameter, buffer
+        or submodule is read from the module's table, as ``nn.Module.__getattr__`` would
+        find it, without first failing a normal lookup (a raised and caught AttributeError:
+        1 us per read). The lookup order is kept by checking, before the read, that the name
+        is in no place Python or ``__getattr__`` looks first; the module's own class is
+        pinned by its identity guard."""
+        table = self._in_tables(node)
+        if table is None:
+            return ast.unparse(_with_parent(node, parent))
+        owner_dict = f"{parent.id}.__dict__"
+        if owner_dict not in self.fetched:
+            self.fetched[owner_dict] = f"___s{self.count}"
+            self.count += 1
+            self.lines.append(f"{self.fetched[owner_dict]} = {owner_dict}")
+        tables = self.fetched[owner_dict]
+        if isinstance(node, ast.Subscript):
+            return f"{tables}['_modules'][{str(node.slice.value)!r}]"
+        name = node.attr
+        earlier = _TABLES[:_TABLES.index(table)]
+        self.group += [f"{name!r} not in {tables}",
+                       *(f"{name!r} not in {tables}[{t!r}]" for t in earlier)]
+        self.flush()
+        return f"{tables}[{table!r}][{name!r}]"
+    # --8<-- [end:module-tables]
+
+    def _constant(self, node: ast.expr) -> ast.expr | None:
+        """``torch.device('cpu')``, ``float('inf')``: made once, bound by name."""
+        if not (isinstance(node, ast.Call) and not node.keywords and len(node.args) == 1
+                and isinstance(node.args[0], ast.Constant)
+                and ast.unparse(node.func) in ("torch.device", "float")):
+            return None
+        text = ast.unparse(node)
+        name = "___" + "".join(c if c.isalnum() else "_" for c in text).strip("_")
+        self.constants[name] = eval(text, dict(GUARD_GLOBALS))
+        return ast.Name(name, ast.Load())
+
+
+class _Examples:
+    """``examples(source)``: the value of ``source`` in the call being compiled (None if
+    unknown), each evaluated once."""
+
+    def __init__(self, namespace: dict[str, Any] | None) -> None:
+        self.namespace = namespace
+        self.values: dict[str, Any] = {}
+
+    def __call__(self, source: str) -> Any:
+        if self.namespace is None:
+            return None
+        if source not in self.values:
+            try:
+                self.values[source] = eval(source, dict(GUARD_GLOBALS), dict(self.namespace))
+            except Exception:
+                self.values[source] = None
+        return self.values[source]
+
+
+_TABLES = ("_parameters", "_buffers", "_modules")  # nn.Module.__getattr__ looks in this order
+_PURE_METHODS = ("size", "stride")  # tensor metadata: reading it twice gives the same
+
+
+def _chain_text(node: ast.expr, roots: Any) -> str | None:
+    """The text of ``node`` if it is a source chain starting at one of ``roots``, else None."""
+    if isinstance(node, ast.Name):
+        return node.id if node.id in roots else None
+    if isinstance(node, ast.Attribute) or (
+            isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant)) or (
+            isinstance(node, ast.Call) and not node.args and not node.keywords
+            and isinstance(node.func, ast.Attribute) and node.func.attr in _PURE_METHODS):
+        return None if _chain_text(_chain_parent(node), roots) is None else ast.unparse(node)
+    return None
+
+
+def _chain_root(node: ast.expr) -> str:
+    while not isinstance(node, ast.Name):
+        node = _chain_parent(node)
+    return node.id
+
+
+def _chain_parent(node: ast.expr) -> ast.expr:
+    return node.func.value if isinstance(node, ast.Call) else node.value
+
+
+def _with_parent(node: ast.expr, parent: ast.expr) -> ast.expr:
+    if isinstance(node, ast.Call):
+        return ast.Call(ast.Attribute(parent, node.func.attr, ast.Load()), [], [])
+    if isinstance(node, ast.Attribute):
+        return ast.Attribute(parent, node.attr, ast.Load())
+    return ast.Subscript(parent, node.slice, ast.Load())
+
+
+def _shared_chains(trees: Sequence[ast.expr], roots: set[str]) -> set[str]:
+    """The chains read by two guards (or inputs), or that are the parent of two chains."""
+    uses: dict[str, int] = {}
+    children: dict[str, set[str]] = {}
+    for tree in trees:
+        for node in _outermost_chains(tree, roots):
+            text = _chain_text(node, roots)
+            uses[text] = uses.get(text, 0) + 1
+            while not isinstance(node, ast.Name):
+                parent = _chain_parent(node)
+                children.setdefault(_chain_text(parent, roots), set()).add(text)
+                node, text = parent, _chain_text(parent, roots)
+    return {c for c in {*uses, *children}
+            if uses.get(c, 0) + len(children.get(c, ())) >= 2}
+
+
+def _outermost_chains(node: ast.expr, roots: set[str]) -> list[ast.expr]:
+    if _chain_text(node, roots) is not None:
+        return [node]
+    return [chain for child in ast.iter_child_nodes(node) if isinstance(child, ast.expr)
+            for chain in _outermost_chains(child, roots)]
+
+
+def _map_children(node: ast.expr, fn: Callable[[ast.expr, bool], ast.expr]) -> ast.expr:
+    """A copy of ``node`` with ``fn(child, is_first)`` applied to each child expression, in
+    evaluation order (of ``a and b`` only the first is sure to be evaluated)."""
+    node = copy.copy(node)
+    first = True
+    for field, value in ast.iter_fields(node):
+        if isinstance(value, ast.expr):
+            setattr(node, field, fn(value, first))
+            first = False
+        elif isinstance(value, list):
+            items = []
+            for item in value:
+                items.append(fn(item, first) if isinstance(item, ast.expr) else item)
+                first = first and not isinstance(item, ast.expr)
+            setattr(node, field, items)
+    return node
+
+
+def _implied_by_size(guards: Sequence[Guard]) -> set[str]:
+    """``x.ndim == 2`` guards that a ``x.size() == (8, 8)`` guard of the same list implies:
+    left out of the generated code (not of the printed list)."""
+    sizes = set()
+    for guard in guards:
+        tree = ast.parse(guard.expr, mode="eval").body
+        if (guard.kind == "SIZE" and isinstance(tree, ast.Compare)
+                and isinstance(tree.comparators[0], ast.Tuple)):
+            sizes.add(f"{guard.source}.ndim == {len(tree.comparators[0].elts)}")
+    return {g.expr for g in guards if g.kind == "NDIM" and g.expr in sizes}
 
 
 def first_failing_guard(guards: Sequence[Guard], namespace: dict[str, Any]) -> Guard | None:

@@ -35,18 +35,14 @@ log = logging.getLogger("minipt2.aotautograd")
 Compiler = Callable[[fx.GraphModule, list], Callable]
 
 
-def needs_autograd(args: Sequence[object], state: Sequence[torch.Tensor]) -> bool:
-    """Would eager autograd record this call? (grad mode on and something requires grad)."""
+def signature(primals: Sequence[object]) -> tuple:
+    """Which compiled entry serves a call on ``primals`` (inputs, then parameters):
+    "inference" unless eager autograd would record the call (grad mode on and something
+    requires grad), else "training" and which primals require grad."""
     if not torch.is_grad_enabled():
-        return False
-    return any(isinstance(x, torch.Tensor) and x.requires_grad for x in [*args, *state])
-
-
-def signature(args: Sequence[object], state: Sequence[torch.Tensor]) -> tuple:
-    if not needs_autograd(args, state):
         return ("inference",)
-    return ("training", *(isinstance(x, torch.Tensor) and x.requires_grad
-                          for x in [*args, *state]))
+    requires_grad = [isinstance(x, torch.Tensor) and x.requires_grad for x in primals]
+    return ("training", *requires_grad) if any(requires_grad) else ("inference",)
 
 
 # --8<-- [start:aot-module-simplified]
@@ -66,23 +62,25 @@ def aot_module_simplified(
     if isinstance(partitioner, str) and partitioner not in PARTITIONERS:
         raise ValueError(f"partitioner={partitioner!r}: choose one of {sorted(PARTITIONERS)}")
     partition_fn = PARTITIONERS.get(partitioner, partitioner)
-    state = _state_fn(gm)  # the parameters and buffers, as they are at each call
+    state = state_reader(gm)  # the parameters and buffers, as they are at each call
     entries: dict[tuple, Callable] = {}
 
     metas = symbolic_inputs(gm, example_inputs)
 
-    def entry_for(args: Sequence[object]) -> Callable:
-        key = signature(args, state())
+    def entry_for(args: Sequence[object], primals: list) -> Callable:
+        key = signature(primals)
         if key not in entries:
-            entries[key] = compile_entry(gm, list(args), state(), key[0] == "training",
-                                         fw_compiler, bw_compiler or fw_compiler,
-                                         decompositions, partition_fn, metas)
+            entries[key] = compile_entry(gm, list(args), primals[len(args):],
+                                         key[0] == "training", fw_compiler,
+                                         bw_compiler or fw_compiler, decompositions,
+                                         partition_fn, metas)
         return entries[key]
 
-    first = entry_for(example_inputs)
+    first = entry_for(example_inputs, [*example_inputs, *state()])
 
     def forward(*args: object) -> tuple:
-        return entry_for(args)(*args)
+        primals = [*args, *state()]  # read once per call: [Note: per-call cost]
+        return entry_for(args, primals)(*primals)
 
     for name in ("fw_graph", "bw_graph", "joint_graph", "partition", "program"):
         setattr(forward, name, getattr(first, name))  # for printing and tests
@@ -105,7 +103,7 @@ def compile_entry(gm: Callable, args: list, state: list, train: bool, fw_compile
         fw_gm = program.graph_module  # inference: one graph, no autograd.Function
         fw_gm.graph.eliminate_dead_code()  # decompositions leave unused pieces behind
         fw_gm.recompile()
-        run = make_inference_runtime(program, fw_compiler(fw_gm, primals), _state_fn(gm))
+        run = make_inference_runtime(program, fw_compiler(fw_gm, primals))
         # --8<-- [end:aot-inference]
         run.fw_graph, run.bw_graph, run.joint_graph, run.partition = fw_gm, None, None, None
     else:
@@ -115,8 +113,7 @@ def compile_entry(gm: Callable, args: list, state: list, train: bool, fw_compile
         bw_inputs = [example_value(n) for n in partition.backward.graph.nodes
                      if n.op == "placeholder"]
         compiled_bw = bw_compiler(partition.backward, bw_inputs)
-        run = make_training_runtime(program, partition, compiled_fw, compiled_bw,
-                                    _state_fn(gm))
+        run = make_training_runtime(program, partition, compiled_fw, compiled_bw)
         run.fw_graph, run.bw_graph = partition.forward, partition.backward
         run.joint_graph, run.partition = program.graph_module, partition
     run.program = program
@@ -124,12 +121,31 @@ def compile_entry(gm: Callable, args: list, state: list, train: bool, fw_compile
 # --8<-- [end:compile-entry]
 
 
-def _state_fn(gm: Callable) -> Callable[[], list]:
-    names = list(module_state(gm))
+def state_reader(gm: Callable) -> Callable[[], list[torch.Tensor]]:
+    """A function returning ``gm``'s parameters and buffers as they are now: one per
+    distinct tensor (a tied weight once), in ``module_state``'s order, the order in which
+    ``trace_program`` lifts them to primals.
+
+    The names are found once, here; a call looks each one up along its path of submodules
+    (``blocks.0.attn.weight``: three dict lookups, then the owner's ``_parameters``). So a
+    parameter or buffer the user replaces (``model.fc.weight = nn.Parameter(...)``), or a
+    submodule, is read at the next call, as before, without walking ``named_parameters()``
+    at every call, which cost ~95% of the wrapper's time on a small GPT
+    ([Note: per-call cost])."""
+    first_names = {}  # id -> the first name that reaches the tensor
+    for name, tensor in module_state(gm).items():
+        first_names.setdefault(id(tensor), name)
+    paths = [name.split(".") for name in first_names.values()]
+
+    def read(path: list[str]) -> torch.Tensor:
+        module = gm
+        for part in path[:-1]:
+            module = module._modules[part]
+        tensor = module._parameters.get(path[-1])
+        return tensor if tensor is not None else module._buffers[path[-1]]
 
     def state() -> list[torch.Tensor]:
-        tensors = module_state(gm)
-        return list({id(tensors[n]): tensors[n] for n in names}.values())
+        return [read(path) for path in paths]
 
     return state
 

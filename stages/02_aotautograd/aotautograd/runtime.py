@@ -1,9 +1,9 @@
 """The runtime: what a call of the compiled program does.
 
 Input: a traced ``Program`` (``joint.py``), the compiled forward (and, for training, the
-compiled backward and the ``Partition`` between them), and a function returning the
-program's current parameters and buffers.
-Output: a callable on the program's flat inputs returning a tuple of outputs. For training
+compiled backward and the ``Partition`` between them).
+Output: a callable on the program's primals (the flat inputs, then the parameters and
+buffers, as ``aot_module_simplified`` collects them) returning a tuple of outputs. For training
 it runs the forward through an ``autograd.Function``, so that ``loss.backward()`` calls the
 compiled backward; it then copies the new values of mutated inputs back into them and
 rebuilds the outputs that alias inputs.
@@ -18,6 +18,13 @@ input with ``as_strided``, so that it shares storage with the input as in eager,
 autograd sees the view; (3) compiled graphs run with autocast off, because the casts an
 autocast region made are already in the graph.
 
+[Note: per-call cost] The wrapper runs at every call, around graphs that may take only
+microseconds, so it does per call only what depends on the call: reading the current
+parameters (once, by paths found at compile time: aot_autograd.py), choosing the entry,
+running the graphs. What the trace fixed (which outputs are plain graph outputs, the
+geometry of a static alias, where each gradient goes) is worked out once, when the runtime
+is made; a program with no epilogue returns the graph's outputs as they are.
+
 [Note: what backward cannot do] The backward graph is not itself differentiable, so a
 backward asked to build a graph of its own (``create_graph=True``, the first step of a
 double backward) raises a RuntimeError instead of returning gradients that silently have no
@@ -28,7 +35,7 @@ double backward) raises a RuntimeError instead of returning gradients that silen
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -41,50 +48,77 @@ DOUBLE_BACKWARD = (
     "eagerly (see [Note: what backward cannot do])")
 
 
-def finish(program: Program, primals: list, graph_outputs: tuple) -> tuple:
-    """The epilogues of [Note: runtime epilogues]: copy back mutated inputs, then assemble
-    the program's outputs from graph outputs, inputs and views of inputs."""
+def make_epilogue(program: Program) -> Callable[[Sequence, tuple], tuple]:
+    """``finish(primals, graph_outputs)``: the epilogues of [Note: runtime epilogues], copy
+    back mutated inputs and assemble the program's outputs from graph outputs, inputs and
+    views of inputs. What is fixed by the trace is looked at once, here
+    ([Note: per-call cost])."""
     mutated = len(program.mutated_inputs)
-    with torch.no_grad():
-        for index, new_value in zip(program.mutated_inputs, graph_outputs[:mutated]):
-            primals[index].copy_(new_value)
-    computed = graph_outputs[mutated:]
-    results = []
-    for spec in program.outputs:
-        if spec.kind == "graph":
-            results.append(computed[spec.index])
-        elif spec.kind == "input":
-            results.append(primals[spec.index])
-        elif spec.kind == "alias":
-            base, (size, stride, offset) = primals[spec.index], spec.view
-            size, stride = program.sizes(primals, size), program.sizes(primals, stride)
-            offset = program.sizes(primals, [offset])[0]
-            results.append(base.as_strided(size, stride, base.storage_offset() + offset))
-        else:
-            results.append(spec.value)
-    return tuple(results)
+    specs = program.outputs
+    if not mutated and [(s.kind, s.index) for s in specs] == [("graph", i)
+                                                              for i in range(len(specs))]:
+        # the common case: nothing is written back, and the graph's outputs, in order, are
+        # the program's outputs
+        return lambda primals, graph_outputs: graph_outputs
+    builders = [_output_builder(program, spec, mutated) for spec in specs]
+    writes = list(enumerate(program.mutated_inputs))
+
+    def finish(primals: Sequence, graph_outputs: tuple) -> tuple:
+        if writes:
+            with torch.no_grad():
+                for position, index in writes:
+                    primals[index].copy_(graph_outputs[position])
+        return tuple(build(primals, graph_outputs) for build in builders)
+
+    return finish
 
 
-def make_inference_runtime(program: Program, compiled_fw: Callable,
-                           state: Callable[[], list]) -> Callable[..., tuple]:
-    """Run the forward graph; nothing is recorded for autograd."""
+def _output_builder(program: Program, spec, mutated: int) -> Callable[[Sequence, tuple], object]:
+    """How one program output is made from a call's primals and graph outputs."""
+    if spec.kind == "graph":
+        position = mutated + spec.index  # the new values of mutated inputs come first
+        return lambda primals, outs: outs[position]
+    if spec.kind == "input":
+        return lambda primals, outs: primals[spec.index]
+    if spec.kind == "alias":
+        size, stride, offset = spec.view
+        if not any(isinstance(e, torch.SymInt) for e in (*size, *stride, offset)):
+            def alias(primals, outs):  # a static view: its geometry is known now
+                base = primals[spec.index]
+                return base.as_strided(size, stride, base.storage_offset() + offset)
+            return alias
 
-    def run(*args: object) -> tuple:
-        primals = [*args, *state()]
+        def symbolic_alias(primals, outs):  # sizes come from this call's inputs
+            base = primals[spec.index]
+            shape, strides = program.sizes(primals, size), program.sizes(primals, stride)
+            start = program.sizes(primals, [offset])[0]
+            return base.as_strided(shape, strides, base.storage_offset() + start)
+        return symbolic_alias
+    return lambda primals, outs: spec.value
+
+
+def make_inference_runtime(program: Program, compiled_fw: Callable) -> Callable[..., tuple]:
+    """Run the forward graph on the primals; nothing is recorded for autograd."""
+    finish = make_epilogue(program)
+
+    def run(*primals: object) -> tuple:
         with torch._C._DisableAutocast():
             outputs = tuple(compiled_fw(*primals))
-        return finish(program, primals, outputs)
+        return finish(primals, outputs)
 
     return run
 
 
 # --8<-- [start:runtime]
 def make_training_runtime(program: Program, partition: Partition, compiled_fw: Callable,
-                          compiled_bw: Callable, state: Callable[[], list]) -> Callable:
+                          compiled_bw: Callable) -> Callable:
     """An ``autograd.Function`` whose forward runs the compiled forward graph and whose
     backward runs the compiled backward graph on the saved values and the tangents."""
     num_outputs = program.num_graph_outputs
     no_tangent = [i for i in range(num_outputs) if i not in program.differentiable]
+    # where each gradient the backward graph returns goes among the primals' gradients
+    grad_slots = [i for i, has in zip(program.grad_primals, partition.has_grad) if has]
+    finish = make_epilogue(program)
 
     class CompiledFunction(torch.autograd.Function):
         @staticmethod
@@ -108,15 +142,14 @@ def make_training_runtime(program: Program, partition: Partition, compiled_fw: C
             tensors = iter(ctx.saved_tensors)
             saved = [next(tensors) if v is None else v for v in ctx.saved_sizes]
             with torch._C._DisableAutocast():
-                grads = iter(compiled_bw(*saved, *tangents))
+                grads = compiled_bw(*saved, *tangents)
             result = [None] * program.num_primals
-            for index, has_grad in zip(program.grad_primals, partition.has_grad):
-                result[index] = next(grads) if has_grad else None
+            for index, grad in zip(grad_slots, grads):
+                result[index] = grad
             return tuple(result)
 
-    def run(*args: object) -> tuple:
-        primals = [*args, *state()]
-        return finish(program, primals, CompiledFunction.apply(*primals))
+    def run(*primals: object) -> tuple:
+        return finish(primals, CompiledFunction.apply(*primals))
 
     run.autograd_function = CompiledFunction
     return run

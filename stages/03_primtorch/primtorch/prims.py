@@ -221,7 +221,10 @@ _register(
 
 
 def _convert_eager(a, dtype):
-    return a.to(dtype, copy=True)  # always a new tensor, as the schema promises
+    # always a new tensor, as the schema promises, and row-major like the meta below says:
+    # ``clone``/``contiguous`` decompose to this prim, so ``x.t().contiguous()`` run by the
+    # aot_eager backend must come out contiguous (``to`` alone would keep x.t()'s strides)
+    return a.to(dtype, copy=True, memory_format=_CONTIGUOUS)
 
 
 def _convert_meta(a, dtype):

@@ -29,7 +29,7 @@ import torch
 import torch.fx
 
 from inductor import sizevars
-from inductor.autotune import Autotuner
+from inductor.autotune import Autotuner, can_time, default_reduction_configs
 from inductor.codecache import CppCodeCache, TritonCodeCache, exec_python_source
 from inductor.codegen.cpp import generate_cpp_kernel
 from inductor.codegen.triton import generate_triton_kernel
@@ -38,6 +38,7 @@ from inductor.cudagraphs import CudaGraphRunner, wants_cudagraphs
 from inductor.exc import CompileError
 from inductor.graph import GraphLowering
 from inductor.ir import Buffer, ComputedBuffer
+from inductor.launcher import Launcher
 from inductor.scheduler import FusedGroup, Scheduler
 
 TARGETS = ("triton", "cpp", "fallback")
@@ -81,6 +82,32 @@ def check_mode(mode: Any) -> str:
     return mode
 
 
+def direct_launches() -> bool:
+    """Launch Triton kernels through ``Launcher`` ([Note: direct launches]): on a GPU, unless
+    ``MINIPT2_DIRECT_LAUNCH=0``. (Under the interpreter it would only add a layer.)"""
+    from inductor.codegen.triton import interpreting
+
+    return not interpreting() and os.environ.get("MINIPT2_DIRECT_LAUNCH", "1") != "0"
+
+
+def tuned_kernels(kernels: Any, target: str, autotune: bool) -> frozenset[str]:
+    """The kernels launched through an ``Autotuner``: every Triton kernel under max-autotune;
+    in the other modes, on a GPU, the reductions ([Note: tuning reductions by default])."""
+    if target != "triton":
+        return frozenset()
+    if autotune:
+        return frozenset(k.name for k in kernels)
+    if os.environ.get("MINIPT2_TUNE_REDUCTIONS", "1") == "0" or not can_time():
+        return frozenset()
+    names = set()
+    for kernel in kernels:
+        if kernel.rnumel is not None:
+            kernel.configs = default_reduction_configs(kernel)
+            if len(kernel.configs) > 1:
+                names.add(kernel.name)
+    return frozenset(names)
+
+
 @sizevars.for_graph  # symbolic sizes: [Note: sizes as kernel arguments]
 def compile_fx_inner(prims_gm: torch.fx.GraphModule, example_inputs: list[Any], *,
                      target: str | None = None, mode: str = "default") -> CompiledGraph:
@@ -119,8 +146,9 @@ def compile_fx_inner(prims_gm: torch.fx.GraphModule, example_inputs: list[Any], 
         warnings.warn(f"inductor: {e}\nRunning this graph op by op (target 'fallback').",
                       stacklevel=2)
         return compile_fx_inner(prims_gm, example_inputs, target="fallback")
+    tuned = tuned_kernels(kernels.values(), target, autotune)
     wrapper = WrapperCodeGen(graph, scheduler.groups, scheduler.removed, kernels, target,
-                             autotune)
+                             tuned)
     try:
         source = wrapper.generate()
     except CompileError as e:  # a size the wrapper cannot compute from its inputs
@@ -128,8 +156,10 @@ def compile_fx_inner(prims_gm: torch.fx.GraphModule, example_inputs: list[Any], 
                       stacklevel=2)
         return compile_fx_inner(prims_gm, example_inputs, target="fallback")
     artifacts["wrapper"] = source
+    if target == "triton" and direct_launches():  # [Note: direct launches]
+        namespace.update({k.name: Launcher(namespace[k.name]) for k in kernels.values()})
     autotuners = {k.name: Autotuner(namespace[k.name], k) for k in kernels.values()
-                  if autotune}
+                  if k.name in tuned}
     namespace.update(autotuners)
     namespace.update(wrapper.constants)
     scope = exec_python_source(source, "wrapper", "call", namespace)
@@ -292,9 +322,14 @@ def _artifacts(aot_fn: Any, compiled: list[CompiledGraph]) -> dict[str, str]:
     """The forward's artifacts; for training, aotautograd's graphs and the backward's too
     (keys ``backward/...``)."""
     artifacts: dict[str, str] = {}
+    # The forward and backward graphs are the prims graphs compile_fx_inner printed already;
+    # printing an FX graph of thousands of nodes again takes a good part of a second.
+    printed = {id(c.prims_graph_module): c.artifacts["prims_graph"] for c in compiled
+               if c.prims_graph_module is not None}
     if getattr(aot_fn, "bw_graph", None) is not None:  # training: a joint graph was split
         for key in ("joint_graph", "fw_graph", "bw_graph"):
-            artifacts[key] = getattr(aot_fn, key).print_readable(print_output=False)
+            gm = getattr(aot_fn, key)
+            artifacts[key] = printed.get(id(gm)) or gm.print_readable(print_output=False)
         artifacts["partition"] = aot_fn.partition.describe()
     if compiled:
         artifacts.update(compiled[0].artifacts)

@@ -25,6 +25,7 @@ decisions; the scheduler may still fuse a realized buffer's loop with its consum
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -62,17 +63,42 @@ def contiguous_strides(size: Sequence[Expr]) -> list[Expr]:
 
 def index_vars(size: Sequence[Expr], prefix: str = "i") -> list[Expr]:
     """One non-negative integer symbol per dim; a size-1 dim's index is the constant 0."""
-    return [
+    return list(_index_vars(tuple(size), prefix))
+
+
+# [Note: memoized index arithmetic]
+# A loop body is a Python function that rebuilds its index expressions every time it runs,
+# and it runs many times: to find its reads and writes, to print the loop IR, once per
+# kernel space the scheduler tries, and once more to print the kernel. The same few index
+# expressions come back again and again (and the twelve layers of a GPT repeat one
+# another's), while sympy needs up to milliseconds to build one (``expand``, or the
+# ``cancel`` and ``gcd`` inside ``FloorDiv``). So the pure functions from index expressions
+# to index expressions are cached by their arguments: sympy expressions are immutable and
+# compare by structure, so a cached result is exactly the one a fresh call would build.
+@functools.lru_cache(maxsize=1 << 12)
+def _index_vars(size: tuple, prefix: str) -> tuple[Expr, ...]:
+    return tuple(
         sympy.Integer(0) if s == 1 else sympy.Symbol(f"{prefix}{d}", integer=True,
                                                      nonnegative=True)
         for d, s in enumerate(size)
-    ]
+    )
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def dot_index(index: tuple, strides: tuple) -> Expr:
+    """``sum(i * stride)``, expanded: the offset of element ``index`` (memoized, see
+    [Note: memoized index arithmetic])."""
+    return sympy.expand(sum((i * s for i, s in zip(index, strides)), sympy.Integer(0)))
 
 
 def flat_index(index: Sequence[Expr], size: Sequence[Expr]) -> Expr:
     """Row-major position of ``index`` in a tensor of ``size``."""
-    return sympy.expand(sum((i * s for i, s in zip(index, contiguous_strides(size))),
-                            sympy.Integer(0)))
+    return dot_index(tuple(index), _contiguous_strides(tuple(size)))
+
+
+@functools.lru_cache(maxsize=1 << 12)
+def _contiguous_strides(size: tuple) -> tuple[Expr, ...]:
+    return tuple(contiguous_strides(size))
 
 
 @dataclasses.dataclass
@@ -85,7 +111,7 @@ class Layout:
     stride: list[Expr]
 
     def index(self, index: Sequence[Expr]) -> Expr:
-        return sympy.expand(sum((i * s for i, s in zip(index, self.stride)), sympy.Integer(0)))
+        return dot_index(tuple(index), tuple(self.stride))
 
     def is_contiguous(self) -> bool:
         return all(sz == 1 or st == c for sz, st, c in

@@ -17,6 +17,7 @@ reads the input at an index assembled from the kept dims and the reduced dims.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -64,11 +65,13 @@ NO_BOOL = {"abs", "neg", "sign", "add", "sub", "maximum", "minimum", "fmod", "bi
 
 def printable(name: str) -> bool:
     """Whether both kernel printers spell op ``name``; prims added later without a
-    spelling (say, ``lgamma``) are library calls until someone adds one."""
+    spelling (say, ``lgamma``) are library calls until someone adds one. A printer spells
+    an op by its table, or by a method of its kernel class (Triton's ``HELPER_OPS``: sin,
+    cos and erf call helpers of the kernel's module)."""
     from inductor.codegen.cpp import CPP_OPS
-    from inductor.codegen.triton import TRITON_OPS
+    from inductor.codegen.triton import TRITON_OPS, TritonKernel
 
-    return name in CPP_OPS and name in TRITON_OPS
+    return name in CPP_OPS and (name in TRITON_OPS or name in TritonKernel.HELPER_OPS)
 
 
 def supports_dtype(name: str, dtype: torch.dtype) -> bool:
@@ -231,14 +234,22 @@ def reshape(a: IRNode, shape: Sequence[int]) -> IRNode:
     load = a.make_loader()
 
     def inner_fn(index: Sequence[Expr]) -> Any:
-        flat = flat_index(index, out_size)
-        in_index = []
-        for d, (size, stride) in enumerate(zip(in_size, contiguous_strides(in_size))):
-            i = FloorDiv(flat, stride)
-            in_index.append(sympy.Integer(0) if size == 1 else (i if d == 0 else i % size))
-        return load(in_index)
+        return load(list(unflatten(tuple(index), tuple(out_size), tuple(in_size))))
 
     return Pointwise(a.get_device(), a.get_dtype(), inner_fn, out_size)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def unflatten(index: tuple, out_size: tuple, in_size: tuple) -> tuple[Expr, ...]:
+    """The input index of a reshape from ``in_size`` to ``out_size`` read at ``index``: the
+    flat position, split back with ``//`` and ``%``. Memoized: sympy's ``//`` costs up to
+    milliseconds and bodies are run many times ([Note: memoized index arithmetic] in ir.py)."""
+    flat = flat_index(index, out_size)
+    in_index = []
+    for d, (size, stride) in enumerate(zip(in_size, contiguous_strides(in_size))):
+        i = FloorDiv(flat, stride)
+        in_index.append(sympy.Integer(0) if size == 1 else (i if d == 0 else i % size))
+    return tuple(in_index)
 
 
 # --8<-- [start:lowering-reduction]

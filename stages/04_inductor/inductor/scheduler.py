@@ -52,6 +52,7 @@ softmax (amax, then exp and sum, then div), layer norm and RMS norm are each one
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Sequence
 
@@ -109,18 +110,29 @@ def _below(upper: sympy.Expr, bound: sympy.Expr) -> bool:
 def simplify_index(expr: sympy.Expr, ranges: dict[sympy.Symbol, sympy.Expr]) -> sympy.Expr:
     """``expr`` without the ``%`` and ``//`` that cannot change a value inside the loops'
     ranges: ``i % 16`` is ``i`` and ``i // 16`` is 0 when ``0 <= i < 16`` (a reshape's
-    index, say). Then "reads the element this iteration wrote" is seen for what it is."""
-    expr = sympy.sympify(expr)
+    index, say). Then "reads the element this iteration wrote" is seen for what it is.
+
+    Memoized (see ``_simplify``): the scheduler and every kernel printer ask again for the
+    same few index expressions, and each answer costs sympy a few milliseconds."""
+    return _simplify(sympy.sympify(expr), tuple(ranges.items()))
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _simplify(expr: sympy.Expr, ranges_items: tuple) -> sympy.Expr:
+    """``simplify_index`` itself, cached by (expression, ranges): sympy expressions are
+    immutable and compare by structure, so a cached answer is the answer. Sub-expressions
+    go through the cache too (a reshape's ``i0 // 16`` shows up in many indices)."""
     if not expr.args:
         return expr
-    rebuilt = expr.func(*[simplify_index(arg, ranges) for arg in expr.args])
+    ranges = dict(ranges_items)
+    rebuilt = expr.func(*[_simplify(arg, ranges_items) for arg in expr.args])
     if type(rebuilt) is not type(expr):  # it simplified itself: (q*d + r) // d -> q + r // d
-        return simplify_index(rebuilt, ranges)
+        return _simplify(rebuilt, ranges_items)
     expr = rebuilt
     if isinstance(expr, FloorDiv):
         narrowed = _drop_small_remainder(expr, ranges)
         if narrowed is not None:
-            return simplify_index(narrowed, ranges)
+            return _simplify(narrowed, ranges_items)
     if isinstance(expr, sympy.Add):
         expr = _recombine(expr)
     if isinstance(expr, (sympy.Mod, FloorDiv)) and not (
@@ -198,6 +210,7 @@ class SchedulerNode:
     op_names: list[str]
     origins: list = dataclasses.field(default_factory=list)  # the prims-graph nodes (fx.Node)
     _accesses: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)
+    _placements: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def analyse(cls, buffer: ComputedBuffer) -> SchedulerNode:
@@ -226,7 +239,14 @@ class SchedulerNode:
         return list(self.ranges), self.buffer.reduction_ranges()
 
     def place(self, space: Space) -> Placement | None:
-        """How this node's loop maps onto ``space``, or None if it does not fit."""
+        """How this node's loop maps onto ``space``, or None if it does not fit (cached: the
+        fusion search asks for every group in reach, and the printers ask again)."""
+        key = (tuple(space[0]), tuple(space[1]))
+        if key not in self._placements:
+            self._placements[key] = self._place(space)
+        return self._placements[key]
+
+    def _place(self, space: Space) -> Placement | None:
         (xsyms, rsyms), (xs, rs) = space_symbols(space), space
         if self.is_reduction():
             index = map_dims(self.ranges, xs, xsyms)
@@ -272,6 +292,7 @@ class FusedGroup:
     """
 
     nodes: list[SchedulerNode]
+    _read_names: tuple = dataclasses.field(default=(0, frozenset()), repr=False, compare=False)
 
     @property
     def space(self) -> Space:
@@ -302,7 +323,14 @@ class FusedGroup:
                 node.accesses(space).writes}
 
     def read_names(self) -> set[str]:
-        return {name for node in self.nodes for name, _ in node.reads}
+        """The buffers the group reads. Cached, because the fusion search asks for every
+        group in reach of every new node; a group only ever grows (nodes are appended), so
+        its node count says whether the cache is current."""
+        count, names = self._read_names
+        if count != len(self.nodes):
+            names = frozenset(name for node in self.nodes for name, _ in node.reads)
+            self._read_names = (len(self.nodes), names)
+        return set(names)
 
 
 def space_with(nodes: Sequence[SchedulerNode], node: SchedulerNode | None) -> Space:

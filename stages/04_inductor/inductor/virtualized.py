@@ -36,6 +36,7 @@ are errors for these prims, as in torch; ``x[idx]`` wraps them in its decomposit
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 from collections.abc import Iterator
 from typing import Any
@@ -105,6 +106,14 @@ def is_indirect(index: Any) -> bool:
     return any(s.name.startswith(INDIRECT_PREFIX) for s in sympy.sympify(index).free_symbols)
 
 
+@functools.lru_cache(maxsize=1 << 14, typed=True)
+def _text(value: Any) -> str:
+    """``str(value)``, memoized: sympy prints an index like ``98304*i0 + 768*i1 + i2`` in
+    about a millisecond (it sorts the terms), and a graph's loop bodies print the same few
+    dozen indices thousands of times."""
+    return str(value)
+
+
 class PrintHandler:
     """Records each ``ops`` call as a line ``tmpN = ops.name(args)``; used for ``loop_ir``.
 
@@ -122,11 +131,11 @@ class PrintHandler:
         return name
 
     def load(self, name: str, index: sympy.Expr) -> str:
-        return self._emit(f"ops.load({name}, {index})")
+        return self._emit(f"ops.load({name}, {_text(index)})")
 
     def store(self, name: str, index: sympy.Expr, value: str, mode: str | None = None) -> None:
         how = f", {mode!r}" if mode else ""
-        self.lines.append(f"ops.store({name}, {index}, {value}{how})")
+        self.lines.append(f"ops.store({name}, {_text(index)}, {value}{how})")
 
     def masked(self, mask: str, body: Any, other: Any) -> str:
         start = len(self.lines)
@@ -140,7 +149,7 @@ class PrintHandler:
         return indirect_symbol(name)
 
     def store_reduction(self, name: str, index: sympy.Expr, value: str) -> None:
-        self.lines.append(f"ops.store_reduction({name}, {index}, {value})")
+        self.lines.append(f"ops.store_reduction({name}, {_text(index)}, {value})")
 
     def reduction(self, dtype: torch.dtype, reduction_type: str, value: str) -> str:
         return self._emit(f"ops.reduction({dtype}, {reduction_type!r}, {value})")
@@ -149,7 +158,7 @@ class PrintHandler:
         return self._emit(f"ops.constant({value!r}, {dtype})")
 
     def index_expr(self, expr: sympy.Expr, dtype: torch.dtype) -> str:
-        return self._emit(f"ops.index_expr({expr}, {dtype})")
+        return self._emit(f"ops.index_expr({_text(expr)}, {dtype})")
 
     def to_dtype(self, x: str, dtype: torch.dtype) -> str:
         return self._emit(f"ops.to_dtype({x}, {dtype})")

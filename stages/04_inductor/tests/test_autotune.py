@@ -16,8 +16,10 @@ import sys
 import inductor
 import pytest
 import torch
-from inductor import autotune
-from inductor_testing import assert_close, prims_graph, to_target
+from inductor import autotune, split_reduction
+from inductor_testing import assert_close, device_for, prims_graph, to_target
+
+ON_GPU = device_for("triton").type == "cuda"  # a real GPU: kernels are compiled and timed
 
 FASTEST = 2  # the candidate the fake clock says is fastest (not the heuristic, which is 0)
 
@@ -49,6 +51,9 @@ def refuse_to_time(launch, config) -> float:
 @pytest.fixture
 def cache(tmp_path, monkeypatch):
     monkeypatch.setenv("MINIPT2_CACHE_DIR", str(tmp_path))
+    # one kernel per kind: on CUDA the looped kind's 3 rows of 9000 would be split into two
+    # kernels ([Note: split reductions]), and these tests tune a single kernel
+    monkeypatch.setattr(split_reduction, "SPLIT_DEVICES", set())
     autotune.clear_memory_cache()
     yield tmp_path
     autotune.clear_memory_cache()
@@ -105,7 +110,7 @@ def test_every_candidate_computes_the_same_result(kind, cache):
         out = torch.full(want.shape, float("nan"), device=want.device)  # contiguous, as buf0
         args = [x if name.startswith("arg") else out for name in tuner.kernel.args]
         tuner.launch(config, [*args, *tuner.kernel.size_args()])
-        assert_close(out, want, msg=lambda m, c=config: f"{c}: {m}")
+        assert_close(out, want.cpu(), msg=lambda m, c=config: f"{c}: {m}")
 
 
 def test_reuses_the_disk_cache_after_clearing_memory(cache, monkeypatch):
@@ -129,14 +134,15 @@ import torch
 sys.path.insert(0, {os.path.dirname(__file__)!r})
 import inductor
 from inductor import autotune
-from inductor_testing import prims_graph
+from inductor_testing import prims_graph, to_target
 
 def refuse(launch, config):
     raise AssertionError("timed again")
 
 autotune.can_time = lambda: True
 autotune.benchmark = refuse
-x = torch.randn(37, 53)
+torch.manual_seed(0)
+x = to_target([torch.randn(37, 53)], "triton")[0]  # on the GPU when there is one
 compiled = inductor.compile_fx_inner(prims_graph(lambda p, a: p.sum(a, [1]), [x]), [x],
                                      target="triton", mode="max-autotune")
 torch.testing.assert_close(compiled(x)[0], x.sum(1))
@@ -166,12 +172,27 @@ def test_a_corrupt_entry_is_rebuilt(corruption, cache, monkeypatch):
     assert json.loads(entry.read_text())["config"] == config == tuner.kernel.configs[FASTEST]
 
 
+@pytest.mark.skipif(ON_GPU, reason="about the CPU-only set-up: with a GPU, kernels are "
+                    "timed (test_with_a_gpu_every_candidate_is_timed_and_written)")
 def test_without_a_gpu_the_heuristic_is_used_and_nothing_written(cache):
     for kind in KERNELS:
         tuner = only_tuner(compile_and_run(kind))
         ((config, how),) = tuner.decisions.values()
         assert how == "heuristic" and config == tuner.kernel.configs[0] == tuner.kernel.launch
     assert entries(cache) == []
+
+
+@pytest.mark.skipif(not ON_GPU, reason="needs a CUDA GPU: the interpreter is never timed")
+def test_with_a_gpu_every_candidate_is_timed_and_written(cache):
+    """The real clock (``triton.testing.do_bench``): every kind is timed once, the winner
+    written to disk and taken from memory when the same kernel is compiled again."""
+    for kind in KERNELS:
+        tuner = only_tuner(compile_and_run(kind))
+        ((config, how),) = tuner.decisions.values()
+        assert how.startswith("timed") and config in tuner.kernel.configs
+        again = only_tuner(compile_and_run(kind))
+        assert list(again.decisions.values()) == [(config, "memory")]
+    assert len(entries(cache)) == len(KERNELS)
 
 
 def test_default_mode_and_cpp_do_not_autotune(cache):
@@ -189,7 +210,7 @@ def test_mode_reaches_the_launcher_through_driver(cache):
     x = to_target([torch.randn(37, 53)], "triton")[0]
     compiled = driver.compile(lambda t: (t.t() * 2).sin(), mode="max-autotune",
                               options={"target": "triton"})
-    assert_close(compiled(x), (x.t() * 2).sin())
+    assert_close(compiled(x), (x.t() * 2).sin().cpu())
     (record,) = compiled.graphs
     assert ".run(" in record.artifacts["wrapper"] and "autotuned over" in \
         record.artifacts["wrapper"]

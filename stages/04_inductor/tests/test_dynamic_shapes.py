@@ -17,6 +17,7 @@ import sympy
 import torch
 from dynamo import shapes
 from inductor.sizevars import SizeVars
+from inductor_testing import device_for, to_target
 
 TARGETS = ["cpp", "triton"]
 
@@ -42,10 +43,12 @@ class Recorder:
 
 
 def run_sizes(fn, target, sizes, make):
+    """``fn`` compiled once, dynamic, and run on ``make(size)`` for each size (moved to the
+    target's device, strides kept), against eager."""
     backend = Recorder(target)
     opt = dynamo.optimize(backend, dynamic=True)(fn)
     for size in sizes:
-        args = make(size)
+        args = to_target(make(size), target)
         torch.testing.assert_close(opt(*args), fn(*args), rtol=1e-4, atol=1e-5)
     return backend.compiled
 
@@ -125,11 +128,13 @@ def test_triton_kernel_takes_sizes_as_plain_ints():
 @pytest.mark.parametrize("target", TARGETS)
 def test_backward_reads_saved_sizes(target):
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))
+    device = device_for(target)
+    model = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.Tanh(),
+                                torch.nn.Linear(8, 2)).to(device)
     backend = Recorder(target)
     opt = dynamo.optimize(backend, dynamic=True)(model.forward)
     for n in (3, 7):
-        x = torch.randn(n, 6)
+        x = torch.randn(n, 6, device=device)
         opt(x).pow(2).sum().backward()
         grads = [p.grad.clone() for p in model.parameters()]
         model.zero_grad()

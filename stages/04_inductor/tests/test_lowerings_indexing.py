@@ -18,7 +18,6 @@ from inductor_testing import assert_close, device_for, prims_graph, shape_of, to
 import driver
 
 TARGETS = ["cpp", "triton"]
-CPU = torch.device("cpu")
 
 
 def compile_and_run(fn, inputs, target):
@@ -78,9 +77,10 @@ def test_slice_is_a_view(target, dtype, case):
 @pytest.mark.parametrize("dtype", [torch.int64, torch.float32])
 def test_iota_fuses_into_its_user(target, start, step, length, dtype):
     x = make((3, length), torch.float32)
+    device = device_for(target)  # where the kernel's output lives (a GPU for Triton, if any)
 
     def fn(p, a):
-        positions = p.iota(length, start=start, step=step, dtype=dtype, device=CPU)
+        positions = p.iota(length, start=start, step=step, dtype=dtype, device=device)
         row = p.convert_element_type(positions, torch.float32)
         return p.add(a, p.broadcast_in_dim(row, shape_of(a), [1]))
 
@@ -90,7 +90,7 @@ def test_iota_fuses_into_its_user(target, start, step, length, dtype):
     assert_no_library_call(compiled, "iota")
     assert compiled.kernel_count == 1
     _, (positions,) = compile_and_run(
-        lambda p, a: p.iota(length, start=start, step=step, dtype=dtype, device=CPU), [x],
+        lambda p, a: p.iota(length, start=start, step=step, dtype=dtype, device=device), [x],
         target)
     assert torch.equal(positions.cpu(), want.to(dtype))
 
@@ -314,16 +314,18 @@ def philox_reference(seed: int, offset: int, stream: int) -> int:
     return c[0]
 
 
-def rand_graph(shape, offset, dtype):
-    return lambda p, seed: p.rand(shape, seed, offset, dtype=dtype, device=CPU)
+def rand_graph(shape, offset, dtype, target="cpp"):
+    """``rand`` makes a new tensor: on the device the target's kernels run on."""
+    device = device_for(target)
+    return lambda p, seed: p.rand(shape, seed, offset, dtype=dtype, device=device)
 
 
 @pytest.mark.parametrize("target", TARGETS)
 def test_rand_is_philox_and_uniform(target):
     assert philox_reference(0, 0, 0) == 0x6627E8D5  # Random123's known-answer vector
     seed = torch.tensor(123456789012345)
-    compiled, (u,) = compile_and_run(rand_graph([400, 250], 1, torch.float32), [seed],
-                                     target)
+    compiled, (u,) = compile_and_run(rand_graph([400, 250], 1, torch.float32, target),
+                                     [seed], target)
     u = u.cpu()
     assert_no_library_call(compiled, "rand")
     for element in (0, 1, 99999):
@@ -338,14 +340,15 @@ def test_rand_is_philox_and_uniform(target):
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16, torch.float16])
 def test_rand_other_dtypes_stay_below_one(target, dtype):
-    _, (u,) = compile_and_run(rand_graph([300, 100], 0, dtype), [torch.tensor(7)], target)
+    _, (u,) = compile_and_run(rand_graph([300, 100], 0, dtype, target), [torch.tensor(7)],
+                              target)
     assert u.dtype == dtype and 0 <= u.min() and u.max() < 1
     assert abs(u.double().mean().item() - 0.5) < 0.01
 
 
 def test_rand_same_seed_same_numbers_on_both_printers():
     seed, other = torch.tensor(2024), torch.tensor(2025)
-    runs = {t: compile_and_run(rand_graph([64, 33], 0, torch.float32), [s], t)[1][0].cpu()
+    runs = {t: compile_and_run(rand_graph([64, 33], 0, torch.float32, t), [s], t)[1][0].cpu()
             for t in TARGETS for s in [seed]}
     assert torch.equal(runs["cpp"], runs["triton"])
     _, (again,) = compile_and_run(rand_graph([64, 33], 0, torch.float32), [seed], "cpp")

@@ -6,13 +6,15 @@ was tiled, and where the loop variables were cut into y and x.
 
 from __future__ import annotations
 
+import re
+
 import inductor
 import pytest
 import torch
 from inductor.codegen.triton import TritonKernel, tiling_split
 from inductor.graph import GraphLowering
 from inductor.scheduler import Scheduler
-from inductor_testing import assert_close, prims_graph, to_target
+from inductor_testing import assert_close, device_for, prims_graph, to_target
 
 
 def compile_and_run(fn, inputs, target="triton"):
@@ -156,6 +158,30 @@ def test_empty_and_single(shape):
     x = torch.randn(shape)
     compiled, (out,) = compile_and_run(lambda p, a: p.abs(p.permute(a, [1, 0])), [x])
     assert_close(out, x.t().abs())
+
+
+@pytest.mark.parametrize("shape", [(0, 5), (5, 0), (1, 1), (37, 53)])
+def test_every_tiled_store_covers_the_whole_tile(shape):
+    """[Note: dense stores]: tl.store broadcasts value and mask to the address, never the
+    address; so each store's address varies along y and x, or is broadcast to the tile, and
+    its mask names both edges. (A GPU refused the [0, 5] kernel: see
+    test_triton_gpu_compile.py, which compiles these kernels for one.)"""
+    x = torch.randn(shape)
+    three = [shape[1], shape[0]]  # index-independent values, stored beside the transpose
+    compiled, (out, full) = compile_and_run(
+        lambda p, a: (p.abs(p.permute(a, [1, 0])),
+                      p.full(three, 3.0, dtype=torch.float32, device=device_for("triton"))),
+        [x])
+    assert_close(out, x.t().abs())
+    assert_close(full, torch.full(three, 3.0))
+    stores = [line.strip() for source in kernels(compiled) if is_tiled(source)
+              for line in source.splitlines() if line.strip().startswith("tl.store(")]
+    assert stores or shape in [(5, 0), (1, 1)]  # those two stay flat (x has < 2 elements)
+    for line in stores:
+        address, mask = line[len("tl.store("):line.index(", ")], line[:-1].rsplit(", ", 1)[1]
+        spans = re.search(r"\by\d", address) and re.search(r"\bx\d", address)
+        assert spans or "tl.broadcast_to(" in address, line
+        assert {"ymask", "xmask"} <= set(mask.split(" & ")), line
 
 
 def splits(fn, inputs) -> list:

@@ -15,8 +15,10 @@ Chapter: book/docs/dynamo.md ("Modules").
 # the usual tensor guards, so replacing a weight with one of another shape
 # recompiles and updating it in place needs nothing. Plain attributes that
 # steered the trace (``self.training``, ``self.eps``) are guarded by value,
-# so ``model.eval()`` recompiles. Hooks are not traced: a module with hooks
-# gives up, with the reason.
+# so ``model.eval()`` recompiles. A container that was iterated or
+# measured is guarded by length too (``len(self.h) == 12``): appending a
+# block must not reuse a loop unrolled for fewer. Hooks are not traced: a
+# module with hooks gives up, with the reason.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ..exc import UserErrorInTrace, unimplemented
+from ..guards import Guard
 from .base import VariableTracker
 from .constant import ConstantVariable
 from .user_defined import class_attribute
@@ -113,6 +116,7 @@ class NNModuleVariable(VariableTracker):
         if isinstance(module, (torch.nn.ModuleDict, torch.nn.ParameterDict)):
             return [ConstantVariable(k) for k in module.keys()]
         if isinstance(module, _CONTAINERS):
+            _guard_len(tx, self)  # the loop was unrolled for this many items
             return [_child(tx, self, i) for i in range(len(module))]
         unimplemented(f"iterating over a {type(module).__qualname__}")
 
@@ -140,6 +144,7 @@ def _child(tx: InstructionTranslator, parent: NNModuleVariable, key: Any) -> Var
 def _container_method(tx, module_vt: NNModuleVariable, name: str, args):
     module = module_vt.value
     if name == "__len__":
+        _guard_len(tx, module_vt)
         return ConstantVariable(len(module))
     if not args[0].is_python_constant():
         unimplemented(f"{type(module).__qualname__}.{name} with a traced key")
@@ -147,6 +152,13 @@ def _container_method(tx, module_vt: NNModuleVariable, name: str, args):
     if name == "__contains__":
         return ConstantVariable(key in module)
     return _child(tx, module_vt, key)
+
+
+def _guard_len(tx: InstructionTranslator, container: NNModuleVariable) -> None:
+    """A container's identity guard does not see ``append`` or ``del``: guard its length."""
+    if container.source is not None:
+        source = container.source
+        tx.output.add_guards([Guard(source, "LEN", f"len({source}) == {len(container.value)}")])
 
 
 def _module_dict_view(tx, module_vt: NNModuleVariable, name: str):

@@ -68,6 +68,7 @@ from inductor.codegen.common import (
     numel,
 )
 from inductor.scheduler import FusedGroup
+from inductor.virtualized import INDIRECT_PREFIX
 
 TRITON_TYPES = {
     torch.float32: "tl.float32", torch.float64: "tl.float64", torch.float16: "tl.float16",
@@ -137,8 +138,8 @@ def _infix(op: str):
 
 TRITON_OPS = {
     "abs": _fn("tl.abs"), "neg": lambda a, dtype: f"(-{a})",
-    "sin": _fn("tl.sin"), "cos": _fn("tl.cos"), "exp": _fn("tl.exp"), "log": _fn("tl.log"),
-    "sqrt": _fn("tl.sqrt"), "rsqrt": _fn("tl.rsqrt"), "erf": _fn("tl.erf"),
+    "exp": _fn("tl.exp"), "log": _fn("tl.log"),  # sin, cos, erf: [Note: our own sin and erf]
+    "sqrt": _fn("tl.sqrt"), "rsqrt": _fn("tl.rsqrt"),
     "floor": _fn("tl.floor"), "ceil": _fn("tl.ceil"),
     "tan": _libdevice_or("tan", "(tl.sin({0}) / tl.cos({0}))"),
     "tanh": _libdevice_or("tanh", "(1 - 2 / (tl.exp(2 * {0}) + 1))"),
@@ -194,8 +195,9 @@ class TritonKernel(Kernel):
 
     def index(self, index: Any) -> str:
         text = super().index(index)
-        if not self.rewrite(index).free_symbols:  # a scalar address: make it a block
-            return f"tl.full({self.BLOCK_SHAPE}, {text}, tl.int32)"
+        symbols = self.rewrite(index).free_symbols
+        if all(sizevars.is_size_symbol(s) for s in symbols):  # the same for every lane
+            return f"tl.full({self.BLOCK_SHAPE}, {text}, tl.int32)"  # (``s0 - 1``): a block
         return text
 
     def narrow(self, x: str, dtype: torch.dtype) -> str:
@@ -235,6 +237,24 @@ class TritonKernel(Kernel):
         if dst == torch.bool:
             return f"({x} != 0)"
         return f"{x}.to({TRITON_TYPES[dst]})"
+
+    # ---- sin, cos, erf: module-level helpers ([Note: our own sin and erf]) -------------
+    HELPER_OPS = frozenset({"sin", "cos", "erf"})
+
+    def sin(self, x: CSEVariable) -> CSEVariable:
+        return self._math_helper("sin", "sin_cos", "sin_fp32({0}, False)", x)
+
+    def cos(self, x: CSEVariable) -> CSEVariable:
+        return self._math_helper("cos", "sin_cos", "sin_fp32({0}, True)", x)
+
+    def erf(self, x: CSEVariable) -> CSEVariable:
+        return self._math_helper("erf", "erf", "erf_fp32({0})", x)
+
+    def _math_helper(self, op: str, helper: str, call: str, x: CSEVariable) -> CSEVariable:
+        if x.dtype == torch.float64:  # the helpers are float32: double stays libdevice's
+            return self.new_var(f"tl.{op}({x})", x.dtype)
+        self.helpers.update(math_helper_sources(helper))
+        return self.new_var(call.format(x), x.dtype)
 
     # ---- masked regions, indirect indices, atomics, random numbers ---------------------
     def masked_value(self, mask: CSEVariable, inner: list[str], value: CSEVariable,
@@ -332,6 +352,118 @@ def philox(seed, offset, stream):
 RANDOM_BITS = {torch.float32: 24, torch.bfloat16: 8, torch.float16: 11}  # mantissa + 1
 
 
+# [Note: our own sin and erf]
+# ``tl.sin``, ``tl.cos`` and ``tl.erf`` become libdevice's ``sinf``/``cosf``/``erff``: about
+# one ulp, but long. A float32 kernel does not notice (it waits for memory anyway); a
+# bfloat16 one moves half the bytes per element, and there they made ``sin(x) + cos(y)``
+# and ``gelu`` compute-bound: 69% and 60% of copy bandwidth on an H200. Ours keep float32
+# accuracy (checked against float64 on the GPU: sin/cos 1.4 ulp like libdevice's, erf 1.7
+# ulp against 0.7) with fewer instructions:
+# - sin and cos: ``x = k*pi + r`` with ``k`` the nearest integer (for cos, the nearest
+#   half-integer) and ``|r| <= pi/2``, where ``r`` is computed with pi split into three
+#   float32 parts and fused multiply-adds (Cody and Waite's reduction, exact enough while
+#   ``|x| <= 2**16``); then one odd polynomial, ``sin(r) = r + r**3 * q(r**2)``, fitted
+#   to float32 by us, and the sign of ``(-1)**k``. Past 2**16 that reduction loses digits,
+#   so a block holding any such ``|x|`` (or inf/NaN) takes libdevice's path instead: one
+#   branch per block, taken by all its threads alike, so it costs a block-wide max. A cos
+#   is the sin of the same ``r`` around the half-integer multiple: one polynomial for both.
+# - erf: for ``|x| >= 0.75``, ``1 - 2**-p(|x|)`` with ``p`` a degree-7 polynomial fitted to
+#   ``-log2(erfc)`` (clamped at 4, where erf rounds to 1): one ``exp2`` on the GPU's
+#   special-function unit, and the error scales with erfc, so it stays below 2e-7. Near 0
+#   that form loses relative accuracy (1 - a number near 1), so there an odd polynomial
+#   ``x * s(x**2)`` takes over. The coefficients are least-squares fits weighted to the
+#   maximum error; ``benchmarks/fit_math.py`` re-derives them.
+# Under the interpreter (no libdevice, no fused multiply-add) ``rint`` is ``floor(x + 0.5)``,
+# ``fma`` computes in float64, the block's max is NumPy's and the far branch is ``tl.sin``;
+# the polynomials are the same, so CI runs them.
+FMA = '''
+
+@triton.jit
+def round_fp32(v):
+    return {rint}
+
+
+@triton.jit
+def fma(a, b, c):
+    return {fma}
+'''
+MAX_ABS_INTERP = '''
+
+def max_abs(x):
+    """Interpreter only: the largest |x| of a block. (``tl.max`` is one of Triton's own
+    ``@jit`` helpers, which the interpreter may be unable to call; [Note: triton
+    interpreter].)"""
+    import numpy
+
+    data = numpy.abs(x.handle.data)
+    return float(numpy.nanmax(data)) if data.size and not numpy.isnan(data).all() else 0.0
+'''
+# --8<-- [start:sin-cos]
+SIN_COS = '''
+
+@triton.jit
+def sin_fp32(x, COS: tl.constexpr):
+    """sin(x), or cos(x) with COS; float32, [Note: our own sin and erf]."""
+    if {max_abs} <= 65536.0:  # (inf goes the far way; NaN gives NaN either way)
+        if COS:  # x = (k + 1/2) * pi + r: cos(x) = (-1)**(k+1) * sin(r)
+            k = round_fp32(x * 0.3183098861837907 - 0.5) + 0.5
+        else:  # x = k * pi + r: sin(x) = (-1)**k * sin(r)
+            k = round_fp32(x * 0.3183098861837907)
+        # pi = 3.1415927410125732 - 8.742277657347586e-08 - 3.4302490200117637e-15 (to 72
+        # bits); each product k * part is exact inside the fma
+        r = fma(k, -3.1415927410125732, x)
+        r = fma(k, 8.742277657347586e-08, r)
+        r = fma(k, 3.4302490200117637e-15, r)
+        u = r * r
+        q = fma(fma(fma(u, 2.605792360554915e-06, -0.00019809608056675643), u,
+                    0.00833306647837162), u, -0.16666659712791443)
+        s = fma(r * u, q, r)
+        if COS:
+            y = tl.where(((k + 0.5).to(tl.int32) & 1) != 0, -s, s)
+        else:  # and sin(-0.0) is -0.0, which the reduction turned into +0.0
+            y = tl.where(x == 0, x, tl.where((k.to(tl.int32) & 1) != 0, -s, s))
+    elif COS:
+        y = {far_cos}(x)
+    else:
+        y = {far_sin}(x)
+    return y
+'''
+# --8<-- [end:sin-cos]
+ERF = '''
+
+@triton.jit
+def erf_fp32(x):
+    """erf(x) in float32, [Note: our own sin and erf]."""
+    t = tl.minimum(tl.abs(x), 4.0, propagate_nan=tl.PropagateNan.ALL)
+    p = t * fma(fma(fma(fma(fma(fma(
+        t, -0.00010021798516390845, 0.0004615540092345327), t, 0.002302281791344285), t,
+        -0.02945256233215332), t, 0.14896368980407715), t, 0.9183286428451538), t,
+        1.6279137134552002)
+    far = 1.0 - tl.exp2(-p)
+    u = t * t
+    near = x * fma(fma(fma(fma(u, 0.0041588060557842255, -0.026360204443335533), u,
+                           0.11273732781410217), u, -0.3761192858219147), u,
+                   1.1283791065216064)
+    return tl.where(t < 0.75, near, tl.where(x < 0, -far, far))  # near keeps -0.0
+'''
+
+
+def math_helper_sources(helper: str) -> dict[str, str]:
+    """The module-level helpers that ``helper`` needs, by name: ``fma`` and ``round_fp32``,
+    then the function itself; for the GPU or for the interpreter, whose NumPy has neither:
+    there ``fma`` computes in float64, where a product of two floats is exact (``a`` is
+    always a block, the others may be constants), and ``rint`` is ``floor(v + 0.5)``."""
+    if interpreting():
+        common = FMA.format(rint="tl.floor(v + 0.5)",
+                            fma="(a.to(tl.float64) * b + c).to(tl.float32)") + MAX_ABS_INTERP
+        far = {"far_sin": "tl.sin", "far_cos": "tl.cos", "max_abs": "max_abs(x)"}
+    else:
+        common = FMA.format(rint="libdevice.rint(v)", fma="tl.fma(a, b, c)")
+        far = {"far_sin": "libdevice.sin", "far_cos": "libdevice.cos",
+               "max_abs": "tl.max(tl.abs(x))"}
+    return {"fma": common, helper: ERF if helper == "erf" else SIN_COS.format(**far)}
+
+
 def imports(kernel: Kernel | None = None) -> list[str]:
     """The generated module's imports and the helpers ``kernel`` calls (``philox``); under
     the interpreter, ``torch_op`` stands in for libdevice functions that have no ``tl``
@@ -426,6 +558,13 @@ def generate_triton_kernel(group: FusedGroup, removed: set[str], buffers: dict[s
         *("    " + line for line in kernel.lines),
     ]
     xblock, num_warps = block_size(kernel.numel)
+    if "sin_cos" in kernel.helpers and all(
+            kernel.buffers[b].layout.dtype in LOW_PRECISION for b in kernel.out_args):
+        # [Note: our own sin and erf]: sin's block-wide max is a barrier across warps; one
+        # warp per program makes it a few shuffles. It matters where the kernel is compute-
+        # bound, 16-bit data (bfloat16 sin(x) + cos(y) on an H200: 82% of copy bandwidth
+        # with 4 warps, 90% with one); float32 kernels wait for memory and keep 4 warps.
+        xblock, num_warps = min(xblock, 512), 1
     launch = {"XBLOCK": xblock, "num_warps": num_warps}
     hint = sizevars.current().hint
     return KernelSource(name, "\n".join(lines) + "\n", kernel.call_args(), kernel.numel,
@@ -435,13 +574,48 @@ def generate_triton_kernel(group: FusedGroup, removed: set[str], buffers: dict[s
 
 
 class TritonTiledKernel(TritonKernel):
-    """Prints a pointwise group over ``YBLOCK x XBLOCK`` tiles; see [Note: tiling]."""
+    """Prints a pointwise group over ``YBLOCK x XBLOCK`` tiles; see [Note: tiling].
+
+    [Note: dense stores]
+    ``tl.store(ptr, value, mask)`` broadcasts the value and the mask to the shape of the
+    address, never the address to theirs. In a tile an address is ``[YBLOCK, 1]``,
+    ``[1, XBLOCK]`` or ``[1, 1]`` when it does not vary along y, x or either: the size-1
+    and empty extents that index simplification drops (``x.t()`` of a [0, 5] tensor stores
+    at ``x0``), or an index-independent one. Storing a ``[YBLOCK, XBLOCK]`` value there is a
+    compile error on the GPU ("Expected pointer argument to have shape [8, 1] but got [1,
+    1]"). The interpreter would raise it too, but only once a program runs, and an empty
+    tensor launches none. So a store whose mask does not name both ``ymask`` and ``xmask``
+    (``mask_for`` names the axes its address varies along) gets its address broadcast to
+    the tile, and both masks: lanes past either edge of the tile store nothing. Loads need
+    no such care: a ``[1, XBLOCK]`` load broadcasts in the arithmetic that uses it. The flat
+    kernel's addresses are ``[XBLOCK]`` or ``tl.full([XBLOCK], ...)`` (``index``); the
+    reduction kernel's block sizes are 1 along an extent of 0 or 1 (``launch_config``,
+    ``autotune.reduction_configs``), so its addresses always cover its values.
+    """
 
     BLOCK_SHAPE = "[1, 1]"  # broadcasting makes it a tile
 
     def mask_for(self, index: Any) -> str:
         names = {s.name[0] for s in sympy.sympify(index).free_symbols}
         return " & ".join(m for m, n in (("ymask", "y"), ("xmask", "x")) if n in names)
+
+    def dense(self, index: str, mask: str) -> tuple[str, str]:
+        """A store's address and mask over the whole tile; see [Note: dense stores]."""
+        parts = [p for p in mask.split(self.AND) if p]
+        if "ymask" in parts and "xmask" in parts and INDIRECT_PREFIX not in index:
+            return index, mask  # varies along y and x: already [YBLOCK, XBLOCK]
+        mask = self.AND.join(dict.fromkeys(["ymask", "xmask", *parts]))
+        return f"tl.broadcast_to({index}, [YBLOCK, XBLOCK])", mask
+
+    def store_line(self, arg: str, index: str, value: CSEVariable, dtype: torch.dtype,
+                   mask: str) -> str:
+        index, mask = self.dense(index, mask)
+        return super().store_line(arg, index, value, dtype, mask)
+
+    def atomic_add_line(self, arg: str, index: str, value: CSEVariable, dtype: torch.dtype,
+                        mask: str) -> str:
+        index, mask = self.dense(index, mask)
+        return super().atomic_add_line(arg, index, value, dtype, mask)
 
     def tile(self, split: int) -> tuple[IndexPlan, IndexPlan]:
         """Rename the loop variables before ``split`` to ``y0, y1, ...`` and the rest to

@@ -108,10 +108,11 @@ class WrapperCodeGen:
     """Prints the ``call`` function: allocations, launches, frees, return."""
 
     def __init__(self, graph: Any, groups: list, removed: set[str],
-                 kernels: dict[int, KernelSource], target: str, autotune: bool = False) -> None:
+                 kernels: dict[int, KernelSource], target: str,
+                 tuned: frozenset[str] = frozenset()) -> None:
         self.graph, self.groups, self.removed = graph, groups, removed
         self.kernels, self.target = kernels, target
-        self.autotune = autotune and target == "triton"  # [Note: autotuning]
+        self.tuned = tuned if target == "triton" else frozenset()  # [Note: autotuning]
         self.constants: dict[str, Any] = {}  # extra names the loader must bind
         self.lines: list[str] = []
         self.pool: dict[tuple, list[str]] = {}  # layout -> dead buffers to reuse
@@ -145,7 +146,7 @@ class WrapperCodeGen:
                 self.allocate(node.buffer)
         args = ", ".join([*kernel.args, *map(pexpr, kernel.size_args())])
         kernel_sizes = [pexpr(s) for s in kernel.size_vars]  # C++: after the pointers
-        if self.autotune:
+        if kernel.name in self.tuned:
             self.lines.append(f"    {kernel.name}.run({args})  # autotuned over "
                               f"{len(kernel.configs)} configs")
         elif self.target == "triton":

@@ -1,0 +1,66 @@
+"""Compile-time shortcuts must not change what is compiled.
+
+Index arithmetic is memoized ([Note: memoized index arithmetic] in ir.py, ``simplify_index``,
+``lowering.unflatten``, the loop-IR printer's ``_text``), and the forward/backward graph
+artifacts reuse the prims-graph text. Compiles through the caches (cold, then warm) must print
+the same kernels, wrapper and graphs as a compile through the plain functions.
+"""
+
+from __future__ import annotations
+
+import inductor
+import pytest
+import torch
+import torch.fx
+import torch.nn.functional as F
+from inductor import ir, lowering, scheduler, virtualized
+
+aotautograd = pytest.importorskip("aotautograd")
+needs_aot = pytest.mark.skipif(not hasattr(aotautograd, "aot_module_simplified"),
+                               reason="aotautograd.aot_module_simplified not written yet")
+
+CACHES = [(scheduler, "_simplify"), (ir, "dot_index"), (ir, "_index_vars"),
+          (ir, "_contiguous_strides"), (lowering, "unflatten"), (virtualized, "_text")]
+
+
+def attention_block(x, w):
+    """Reshapes, transposes, a LayerNorm and a softmax: the index arithmetic a GPT needs."""
+    h = F.layer_norm(x, (16,))  # (B, T, C) = (2, 8, 16)
+    q = (h @ w).view(2, 8, 4, 4).transpose(1, 2)  # (B, nh, T, hs)
+    att = torch.softmax(q @ q.transpose(-1, -2) * 0.5, -1)  # (B, nh, T, T)
+    y = (att @ q).transpose(1, 2).reshape(2, 8, 16)
+    return ((y + x).square().sum(),)
+
+
+def compile_artifacts(x, w):
+    fn = inductor.compile_fx(torch.fx.symbolic_trace(attention_block), [x, w],
+                             options={"target": "triton"})
+    return fn, {k: v for k, v in fn.artifacts.items() if not k.endswith("timing")}
+
+
+@needs_aot
+def test_memoized_compile_prints_what_an_unmemoized_one_prints(monkeypatch):
+    x = torch.randn(2, 8, 16, requires_grad=True)
+    w = torch.randn(16, 16, requires_grad=True)
+    _, cached_cold = compile_artifacts(x, w)
+    _, cached_warm = compile_artifacts(x, w)  # every index expression now from the caches
+    assert scheduler._simplify.cache_info().hits > 0
+    with monkeypatch.context() as m:
+        for module, name in CACHES:  # the plain functions (recursion included)
+            m.setattr(module, name, getattr(module, name).__wrapped__)
+        _, uncached = compile_artifacts(x, w)
+    assert any(k.startswith("backward/kernels/") for k in uncached)  # training: both graphs
+    for cached in (cached_cold, cached_warm):
+        assert cached.keys() == uncached.keys()
+        for key in uncached:
+            assert cached[key] == uncached[key], key
+
+
+@needs_aot
+def test_forward_and_backward_graph_text_is_the_graphs_own():
+    x = torch.randn(2, 8, 16, requires_grad=True)
+    w = torch.randn(16, 16, requires_grad=True)
+    fn, artifacts = compile_artifacts(x, w)
+    forward, backward = (c.prims_graph_module for c in fn.compiled_graphs)
+    assert artifacts["fw_graph"] == forward.print_readable(print_output=False)
+    assert artifacts["bw_graph"] == backward.print_readable(print_output=False)

@@ -1,0 +1,71 @@
+"""Our own sin, cos and erf in Triton kernels ([Note: our own sin and erf] in
+codegen/triton.py) against float64 eager: float32 accuracy over wide ranges, the far
+(libdevice) branch for blocks holding a huge argument, infinities, NaN, signed zeros and
+tiny values; bfloat16 rounds to the same values as eager."""
+
+from __future__ import annotations
+
+import inductor
+import pytest
+import torch
+from inductor_testing import prims_graph, to_target
+
+
+def special_values() -> torch.Tensor:
+    return torch.tensor([0.0, -0.0, 1e-30, -1e-30, 1e-7, float("inf"), -float("inf"),
+                         float("nan"), 1e30, -3e38, 65536.0, 65537.5, 1e6, 3.0e5])
+
+
+def inputs() -> dict[str, torch.Tensor]:
+    torch.manual_seed(0)
+    return {
+        "normal": torch.randn(4096) * 3,
+        "wide": torch.linspace(-65536, 65536, 8192),  # every block takes our reduction
+        "tiny": torch.randn(2048) * 1e-6,
+        "specials": torch.cat([torch.randn(2000), special_values()]),  # the far branch
+        "near_multiples": (torch.arange(-3000, 3000) * (torch.pi / 2)).float()
+                          + torch.randn(6000) * 1e-4,  # sin/cos near their zeros
+    }
+
+
+def compile_unary(name: str, x: torch.Tensor):
+    graph = prims_graph(lambda p, a: getattr(p, name)(a), [x])
+    source = lambda: "".join(v for k, v in compiled.artifacts.items() if "kernels/" in k)  # noqa: E731
+    compiled = inductor.compile_fx_inner(graph, [x], target="triton")
+    return compiled, source()
+
+
+@pytest.mark.parametrize("case", list(inputs()))
+@pytest.mark.parametrize("name", ["sin", "cos", "erf"])
+def test_float32_accuracy(name, case):
+    x = to_target([inputs()[case]], "triton")[0]
+    compiled, source = compile_unary(name, x)
+    assert f"{name if name == 'erf' else 'sin'}_fp32(" in source  # ours, not tl.<name>
+    (got,) = compiled(x)
+    want = getattr(torch, name)(x.cpu().double())
+    # a few ulp, like libdevice: relative near 1, absolute near the zeros of sin and cos
+    torch.testing.assert_close(got.cpu().double(), want, rtol=4e-7, atol=2e-7, equal_nan=True)
+    same_zero_sign = torch.signbit(got.cpu()) == torch.signbit(want.float())
+    assert same_zero_sign[want == 0].all()  # sin(-0.0) is -0.0, erf(-0.0) is -0.0
+
+
+@pytest.mark.parametrize("name", ["sin", "cos", "erf"])
+def test_bfloat16_rounds_like_eager(name):
+    x = to_target([torch.cat([torch.randn(8192) * 4, special_values()]).bfloat16()],
+                  "triton")[0]
+    compiled, _ = compile_unary(name, x)
+    (got,) = compiled(x)
+    want = getattr(torch, name)(x.cpu())
+    differ = (got.cpu().float() != want.float()) & ~(got.cpu().isnan() & want.isnan())
+    # float32 results a few ulp apart can round to neighbouring bfloat16 values, rarely
+    assert differ.float().mean() < 1e-3
+    torch.testing.assert_close(got.cpu(), want, equal_nan=True)
+
+
+@pytest.mark.parametrize("name", ["sin", "cos", "erf"])
+def test_float64_keeps_double_precision(name):
+    x = to_target([torch.randn(1000, dtype=torch.float64) * 10], "triton")[0]
+    compiled, source = compile_unary(name, x)
+    assert "_fp32(" not in source
+    (got,) = compiled(x)
+    torch.testing.assert_close(got.cpu(), getattr(torch, name)(x.cpu()), rtol=1e-12, atol=1e-14)
