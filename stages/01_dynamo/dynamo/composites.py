@@ -1,22 +1,25 @@
 """Composite ATen ops in Python, for tensors with symbolic sizes.
 
-Input: a call of ``torch.matmul`` (or ``@``) on tensors whose sizes are SymInts, made while
-``SymbolicComposites`` is active. Output: the same result, computed from ops that reach
-``__torch_dispatch__`` one by one (``mm``, ``bmm``, ``reshape``, ``expand``, ...).
-Chapter: book/docs/dynamic-shapes.md ("Meta tensors with symbolic sizes").
+Input: a call of ``torch.matmul`` (or ``@``) or ``F.scaled_dot_product_attention`` on
+tensors whose sizes are SymInts, made while ``SymbolicComposites`` is active. Output: the
+same result, computed from ops that reach ``__torch_dispatch__`` one by one (``mm``, ``bmm``,
+``reshape``, ``softmax``, ...). Chapter: book/docs/dynamic-shapes.md ("Meta tensors with
+symbolic sizes").
 
 # [Note: composite ops and symbolic sizes]
 # Some ATen ops have no kernel of their own: they are *CompositeImplicitAutograd*, C++ that
 # calls other ops (``matmul`` picks ``mm``, ``bmm`` or a fold into ``mm`` by looking at the
-# ranks). That C++ runs above every dispatch mode, so neither our meta mode (dynamo) nor the
-# tracer (aotautograd) gets a say, and in some PyTorch releases it asks a tensor for a plain
-# ``numel()``, which a tensor with symbolic sizes refuses ("Cannot call numel() on tensor
-# with symbolic sizes/strides"; seen with PyTorch 2.11's matmul, fixed by 2.13). PyTorch's
+# ranks; attention picks one of its fused kernels). That C++ runs above every dispatch
+# mode, so neither our meta mode (dynamo) nor the tracer (aotautograd) gets a say, and
+# whether it copes with symbolic sizes depends on the release: PyTorch 2.11's ``matmul``
+# asks for a plain ``numel()`` ("Cannot call numel() on tensor with symbolic
+# sizes/strides") and its attention trips an internal assert; 2.13 handles both. PyTorch's
 # own tracer meets the same C++ and answers with Python versions of these ops, installed
 # through its "Python dispatcher". We do the smaller thing: a ``TorchFunctionMode`` that,
-# only while sizes are symbolic, sends these functions to the Python versions below. They
-# are written with the ops the C++ would have called, so the traced graph is the same; a
-# static trace never enters this module.
+# only while sizes are symbolic, sends these functions to the Python versions below. The
+# matmul is written with the ops the C++ would have called; attention becomes its math
+# path (matmuls and a softmax, which inductor fuses), not a fused library kernel. A static
+# trace never enters this module.
 """
 
 from __future__ import annotations
@@ -70,6 +73,31 @@ def _rmatmul(b: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
     return matmul(a, b)
 
 
+def scaled_dot_product_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                                 attn_mask: torch.Tensor | None = None,
+                                 dropout_p: float = 0.0, is_causal: bool = False,
+                                 scale: float | None = None, enable_gqa: bool = False) -> Any:
+    """Attention's math path: ``softmax(q @ k^T * scale + mask) @ v``. (PyTorch 2.11 trips
+    an internal assert when its own SDPA meets symbolic meta tensors.) Dropout and grouped
+    heads are left to ATen (NotImplemented), as is a symbolic head size, whose square root
+    would be a symbolic float."""
+    head = q.shape[-1]
+    if dropout_p != 0.0 or enable_gqa or (scale is None and not isinstance(head, int)):
+        return NotImplemented
+    scale = 1.0 / math.sqrt(head) if scale is None else scale
+    scores = matmul(q, k.transpose(-2, -1)) * scale
+    if is_causal:  # position i sees keys 0..i, as torch's lower-triangular mask
+        rows = torch.arange(q.shape[-2], device=q.device)
+        keep = rows[:, None] >= torch.arange(k.shape[-2], device=q.device)[None, :]
+        scores = scores.masked_fill(~keep, float("-inf"))
+    if attn_mask is not None:
+        if attn_mask.dtype == torch.bool:
+            scores = scores.masked_fill(~attn_mask, float("-inf"))
+        else:
+            scores = scores + attn_mask
+    return matmul(torch.softmax(scores, dim=-1), v)
+
+
 # What each public spelling of the op becomes, by name: ``torch.matmul`` and
 # ``Tensor.matmul`` arrive as themselves, but ``a @ b`` arrives as the plain function inside
 # ``Tensor.__matmul__``'s decorator, so the function object is not a reliable key. Only
@@ -78,6 +106,7 @@ OVERRIDES = {
     "matmul": matmul,
     "__matmul__": matmul,
     "__rmatmul__": _rmatmul,
+    "scaled_dot_product_attention": scaled_dot_product_attention,
 }
 
 
@@ -88,6 +117,11 @@ class SymbolicComposites(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         override = OVERRIDES.get(getattr(func, "__name__", None))
-        if override is not None and not kwargs:  # ``out=`` and friends: leave to ATen
-            return override(*args)
+        if override is not None and "out" not in kwargs:  # ``out=``: leave it to ATen
+            try:
+                out = override(*args, **kwargs)
+            except TypeError:  # a spelling our version does not take
+                out = NotImplemented
+            if out is not NotImplemented:
+                return out
         return func(*args, **kwargs)
