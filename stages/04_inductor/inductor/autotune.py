@@ -29,7 +29,9 @@ moved with the dtype and the row length in every measurement we made (8192-wide 
 rows: 16 warps best in float32, 8 in bfloat16). So, like torch.compile, the default mode
 also tunes reduction kernels, over three or four configs around the heuristic
 (``default_reduction_configs``), with the same timing and disk cache: a second process pays
-nothing. Pointwise kernels keep their heuristic, which measured within a few percent of the
+nothing. Only kernels over static sizes: one over symbolic sizes would be timed again at
+every new size (a decode loop over 64 lengths), which max-autotune accepts and the default
+mode should not. Pointwise kernels keep their heuristic, which measured within a few percent of the
 best candidate. ``MINIPT2_TUNE_REDUCTIONS=0`` turns this off.
 
 Under the Triton interpreter (no GPU) and on the C++ target nothing is tuned: interpreted

@@ -92,7 +92,8 @@ def direct_launches() -> bool:
 
 def tuned_kernels(kernels: Any, target: str, autotune: bool) -> frozenset[str]:
     """The kernels launched through an ``Autotuner``: every Triton kernel under max-autotune;
-    in the other modes, on a GPU, the reductions ([Note: tuning reductions by default])."""
+    in the other modes, on a GPU, the reductions over static sizes ([Note: tuning reductions
+    by default])."""
     if target != "triton":
         return frozenset()
     if autotune:
@@ -101,7 +102,8 @@ def tuned_kernels(kernels: Any, target: str, autotune: bool) -> frozenset[str]:
         return frozenset()
     names = set()
     for kernel in kernels:
-        if kernel.rnumel is not None:
+        # a kernel over symbolic sizes would be timed again at every new size: not by default
+        if kernel.rnumel is not None and not kernel.size_vars:
             kernel.configs = default_reduction_configs(kernel)
             if len(kernel.configs) > 1:
                 names.add(kernel.name)
