@@ -181,9 +181,10 @@ class GraphLowering(torch.fx.Interpreter):
         if val is None:
             val = target(*to_meta(args), **to_meta(kwargs))
         many = isinstance(val, (list, tuple))
-        # An op may return None in a slot (convolution_backward without the bias gradient).
+        # An op may return None in a slot (convolution_backward without the bias gradient),
+        # or a number (cuDNN attention's max_q and max_k): no buffer for those.
         outputs = [
-            None if v is None else
+            None if not isinstance(v, torch.Tensor) else
             ExternBuffer(self.new_name(), FixedLayout(v.device if v.device.type != "meta"
                                                       else self.device(), v.dtype,
                                                       sympify_all(v.shape),
@@ -197,7 +198,12 @@ class GraphLowering(torch.fx.Interpreter):
         self.fallback_count += 1
         self.operations.append(FallbackKernel(name, target, list(args), dict(kwargs), outputs,
                                               multi_output=many))
-        return outputs if many else outputs[0]
+        # a number the op returned is what it will return at run time too, since it is a
+        # function of the sizes: the traced value (a size expression if symbolic) serves
+        values = [o if o is not None or isinstance(v, torch.Tensor) or v is None else
+                  sympify_size(v) if isinstance(v, torch.SymInt) else v
+                  for o, v in zip(outputs, val if many else [val])]
+        return values if many else values[0]
 
     def device(self) -> torch.device:
         tensors = [t for t in self.example_inputs if isinstance(t, torch.Tensor)]

@@ -62,3 +62,36 @@ def test_torch_level_functions(name, target):
     assert compiled.kernel_count >= 1
     for got, want in zip(compiled(gx, gb), fn(x, b)):
         assert_close(got, want)
+
+
+@torch.library.custom_op("minipt2_test::scaled_with_count", mutates_args=())
+def _scaled_with_count(x: torch.Tensor) -> tuple[torch.Tensor, int]:
+    return x * 2, x.shape[0]
+
+
+@_scaled_with_count.register_fake
+def _(x):
+    return torch.empty_like(x), x.shape[0]
+
+
+@pytest.mark.parametrize("target", ["cpp", "triton"])
+def test_a_library_call_that_returns_a_number(target):
+    """An extern op may return numbers beside tensors (cuDNN attention's max_q): the traced
+    number serves, no buffer is made for it."""
+
+    class Program(torch.nn.Module):
+        def forward(self, x):
+            out, n = torch.ops.minipt2_test.scaled_with_count(x)
+            return (out + n,)
+
+    gm = torch.fx.symbolic_trace(Program())
+    for node in gm.graph.nodes:  # what aotautograd leaves: every node with its example
+        if node.op == "placeholder":
+            node.meta["val"] = torch.empty(5, 3, device="meta")
+        elif node.op == "call_function":
+            args = torch.fx.node.map_arg(node.args, lambda n: n.meta["val"])
+            node.meta["val"] = node.target(*args)
+    (x,) = to_target([torch.randn(5, 3)], target)
+    compiled = inductor.compile_fx_inner(gm, [x], target=target)
+    (out,) = compiled(x)
+    assert_close(out, x.cpu() * 2 + 5)
