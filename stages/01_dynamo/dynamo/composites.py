@@ -89,10 +89,10 @@ def scaled_dot_product_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tens
     if is_causal:  # position i sees keys 0..i, as torch's lower-triangular mask
         rows = torch.arange(q.shape[-2], device=q.device)
         keep = rows[:, None] >= torch.arange(k.shape[-2], device=q.device)[None, :]
-        scores = scores.masked_fill(~keep, float("-inf"))
+        scores = torch.where(keep, scores, float("-inf"))
     if attn_mask is not None:
         if attn_mask.dtype == torch.bool:
-            scores = scores.masked_fill(~attn_mask, float("-inf"))
+            scores = torch.where(attn_mask, scores, float("-inf"))
         else:
             scores = scores + attn_mask
     return matmul(torch.softmax(scores, dim=-1), v)

@@ -183,12 +183,36 @@ def _non_one(sizes: Sequence[sympy.Expr]) -> list[sympy.Expr]:
 
 def map_dims(sizes: Sequence[sympy.Expr], space_sizes: Sequence[sympy.Expr],
              symbols: Sequence[sympy.Expr]) -> list[sympy.Expr] | None:
-    """Index expressions for a loop over ``sizes`` inside a kernel loop over ``space_sizes``:
-    the same dims once size-1 dims (always index 0) are dropped, else None."""
-    if _non_one(sizes) != _non_one(space_sizes):
-        return None
-    free = iter(sym for sym, size in zip(symbols, space_sizes) if size != 1)
-    return [sympy.Integer(0) if size == 1 else next(free) for size in sizes]
+    """Index expressions for a loop over ``sizes`` inside a kernel loop over ``space_sizes``,
+    or None. Size-1 dims are index 0; every other dim of ``sizes`` must be one dim of the
+    space or the product of consecutive ones ([Note: merged dims]).
+
+    [Note: merged dims]
+    A reshape that merges dims makes its buffer loop over ``[B*T, C]`` while the layer
+    norm statistics it reads loop over ``[B, T]`` (a view would keep ``[B, T, C]``, but a
+    reshape of a value not yet in memory, or of symbolic sizes, is computed). Row-major, the
+    merged dim's position is ``t_b * T + t_t``: so the node's ``B*T`` dim maps onto the
+    space's ``B`` and ``T`` dims with that expression, and the normalisation fuses into the
+    kernel that computes the statistics. Sizes are compared as expressions (``2*s0`` is
+    ``2`` times ``s0``); the other direction, a node finer than the space, would need
+    divisions and is not done.
+    """
+    dims = [(sym, size) for sym, size in zip(symbols, space_sizes) if size != 1]
+    out: list[sympy.Expr] = []
+    j = 0
+    for size in sizes:
+        if size == 1:
+            out.append(sympy.Integer(0))
+            continue
+        index, product = sympy.Integer(0), sympy.Integer(1)
+        while j < len(dims) and sympy.expand(product - size) != 0:
+            sym, dim = dims[j]
+            index, product = index * dim + sym, product * dim
+            j += 1
+        if sympy.expand(product - size) != 0:
+            return None
+        out.append(index)
+    return out if j == len(dims) else None
 
 
 @dataclasses.dataclass

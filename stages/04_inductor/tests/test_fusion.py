@@ -128,3 +128,25 @@ def test_huge_loops_index_in_int64():
         compiled = inductor.compile_fx_inner(gm, [x], target="triton")  # compiled, not run
         (source,) = [v for k, v in compiled.artifacts.items() if k.startswith("kernels/")]
         assert ("tl.program_id(0).to(tl.int64)" in source) == wide
+
+
+@pytest.mark.parametrize("dynamic", [False, None])
+def test_merged_dims_fuse_into_the_statistics_kernel(dynamic):
+    """[Note: merged dims]: layer norm over [B, T, C] whose result is reshaped to [B*T, C]
+    for a matmul is one kernel (statistics and normalisation), static or with T symbolic
+    (automatic dynamic: the second length recompiles with T a symbol)."""
+    import driver
+    import torch.nn.functional as F
+
+    w = torch.randn(16, 8)
+
+    def f(x):
+        return F.layer_norm(x, (16,)).reshape(-1, 16) @ w
+
+    compiled = driver.compile(f, dynamic=dynamic, options={"target": "cpp"})
+    for t in (5, 7):
+        x = torch.randn(3, t, 16)
+        torch.testing.assert_close(compiled(x), f(x), rtol=1e-4, atol=1e-5)
+    graph = compiled.graphs[-1]
+    kernels = [k for k in graph.artifacts if "kernels/" in k]
+    assert len(kernels) == 1, graph.artifacts["fusion"]
