@@ -92,13 +92,13 @@ def direct_launches() -> bool:
 
 def tuned_kernels(kernels: Any, target: str, autotune: bool) -> frozenset[str]:
     """The kernels launched through an ``Autotuner``: every Triton kernel under max-autotune;
-    in the other modes, on a GPU, the reductions over static sizes ([Note: tuning reductions
-    by default])."""
+    in the other modes, with ``MINIPT2_TUNE_REDUCTIONS=1`` on a GPU, the reductions over
+    static sizes ([Note: tuning reductions by default])."""
     if target != "triton":
         return frozenset()
     if autotune:
         return frozenset(k.name for k in kernels)
-    if os.environ.get("MINIPT2_TUNE_REDUCTIONS", "1") == "0" or not can_time():
+    if os.environ.get("MINIPT2_TUNE_REDUCTIONS", "0") != "1" or not can_time():
         return frozenset()
     names = set()
     for kernel in kernels:

@@ -50,8 +50,10 @@ def reinterpret(t, size, stride, offset):
 
 
 def as_layout(t, size, stride):
-    """A library call's result in the layout the kernels were compiled for (copy if not)."""
-    if tuple(t.shape) == size and all(
+    """A library call's result in the layout the kernels were compiled for (copy if not).
+    None stays None: an op may leave out a result its meta function describes (cuDNN
+    attention's logsumexp when no gradient is wanted)."""
+    if t is None or tuple(t.shape) == size and all(
         n == 1 or s == want for n, s, want in zip(size, t.stride(), stride)
     ):
         return t
