@@ -38,13 +38,11 @@ import torch
 
 
 def _key(args: tuple, options: dict[str, Any]) -> tuple:
-    parts = []
-    for a in args:
-        if isinstance(a, torch.Tensor):
-            parts.append((a.dtype, a.data_ptr() % 16 == 0))
-        else:
-            parts.append((type(a), a))
-    return (*parts, *options.items())
+    """[Note: direct launches]: per tensor its dtype and 16-byte alignment, per int its value
+    (an int stands for itself: the common case, and the cheapest), per other value its type
+    and value; then the options."""
+    return (*[(a.dtype, not a.data_ptr() & 15) if isinstance(a, torch.Tensor) else
+              a if type(a) is int else (type(a), a) for a in args], *options.items())
 
 
 class Launcher:
@@ -58,7 +56,8 @@ class Launcher:
         self.grid: Any = None
         self.names = [p.name for p in getattr(fn, "params", [])]  # parameters, in order
         self.runtime_knobs = knobs.runtime
-        self.driver: Any = None  # Triton's active GPU driver, looked up at the first launch
+        self.stream_of: Any = None  # device -> its current CUDA stream (set by the first
+        self.current_device: Any = None  # launch that returns a variant: on a GPU only)
 
     def __getitem__(self, grid: Any) -> Launcher:
         self.grid = grid
@@ -72,7 +71,7 @@ class Launcher:
             return self._first_launch(grid, key, args, options)  # (hooks want Triton's path)
         compiled, rest = found
         g = grid(options) if callable(grid) else grid
-        stream = self.driver.get_current_stream(self.driver.get_current_device())
+        stream = self.stream_of(self.current_device())
         compiled.run(g[0], g[1] if len(g) > 1 else 1, g[2] if len(g) > 2 else 1, stream,
                      compiled.function, compiled.packed_metadata, None, None, None,
                      *args, *rest)
@@ -83,10 +82,14 @@ class Launcher:
         rest_names = self.names[len(args):]
         if (getattr(compiled, "function", None) is not None and hasattr(compiled, "run")
                 and all(n in options for n in rest_names)):
-            if self.driver is None:
+            if self.stream_of is None:
                 from triton.runtime import driver
 
-                self.driver = driver.active
+                self.stream_of = driver.active.get_current_stream  # torch's, in C
+                # torch.cuda.current_device() re-checks CUDA's lazy initialisation on every
+                # call; that is done by now, so ask torch's C function directly
+                self.current_device = getattr(torch._C, "_cuda_getDevice",
+                                              driver.active.get_current_device)
             # the parameters after the positional ones are the constexprs (XBLOCK, ...):
             # the launcher takes every parameter in order and skips the constexprs itself
             self.variants[key] = (compiled, [options[n] for n in rest_names])

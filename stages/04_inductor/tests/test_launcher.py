@@ -34,18 +34,11 @@ class JitFn:
         return launch
 
 
-class Driver:
-    def get_current_device(self):
-        return 0
-
-    def get_current_stream(self, device):
-        return 1234
-
-
 def make():
     fn = JitFn()
     launch = launcher.Launcher(fn)
-    launch.driver = Driver()
+    launch.current_device = lambda: 0  # what the first GPU launch would look up
+    launch.stream_of = lambda device: 1234
     return fn, launch
 
 
