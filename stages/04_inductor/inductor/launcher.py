@@ -85,11 +85,8 @@ class Launcher:
             if self.stream_of is None:
                 from triton.runtime import driver
 
-                self.stream_of = driver.active.get_current_stream  # torch's, in C
-                # torch.cuda.current_device() re-checks CUDA's lazy initialisation on every
-                # call; that is done by now, so ask torch's C function directly
-                self.current_device = getattr(torch._C, "_cuda_getDevice",
-                                              driver.active.get_current_device)
+                self.stream_of = driver.active.get_current_stream
+                self.current_device = driver.active.get_current_device
             # the parameters after the positional ones are the constexprs (XBLOCK, ...):
             # the launcher takes every parameter in order and skips the constexprs itself
             self.variants[key] = (compiled, [options[n] for n in rest_names])
