@@ -5,6 +5,7 @@ Output: ``Launcher``, which the wrapper's namespace binds under the kernel's nam
 the jit function: the same spelling, the same results, less host time per launch.
 Chapter: book/docs/performance.md ("The Python between launches").
 
+# --8<-- [start:direct-launches]
 # [Note: direct launches]
 # ``kernel[grid](...)`` goes through ``JITFunction.run`` on every call: it asks the driver
 # for the device and stream, binds the arguments to the signature, computes each argument's
@@ -28,6 +29,7 @@ Chapter: book/docs/performance.md ("The Python between launches").
 # ``triton.knobs`` need Triton's launch metadata, so while any is set every launch takes
 # Triton's path. Under the interpreter a launch returns no compiled variant, so every launch
 # takes Triton's path there.
+# --8<-- [end:direct-launches]
 """
 
 from __future__ import annotations
