@@ -135,8 +135,9 @@ def test_merged_dims_fuse_into_the_statistics_kernel(dynamic):
     """[Note: merged dims]: layer norm over [B, T, C] whose result is reshaped to [B*T, C]
     for a matmul is one kernel (statistics and normalisation), static or with T symbolic
     (automatic dynamic: the second length recompiles with T a symbol)."""
-    import driver
     import torch.nn.functional as F
+
+    import driver
 
     w = torch.randn(16, 8)
 
