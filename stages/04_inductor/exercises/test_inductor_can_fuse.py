@@ -41,10 +41,19 @@ def test_reading_another_element_is_illegal():
 
 
 def test_different_ranges_are_illegal():
-    x, y = torch.randn(3, 5), torch.randn(15)
+    x, y = torch.randn(3, 5), torch.randn(4, 5)
     a, b = lower(lambda p, s, t: (p.sin(s), p.cos(t)), [x, y])
     legal, reason = can_fuse(FusedGroup([a]), b)
     assert not legal and "range" in reason
+
+
+def test_merged_dims_share_the_loop():
+    """A loop over 15 elements fits a [3, 5] kernel: its dim is the product of the kernel's
+    two ([Note: merged dims]), so the two loops are the same 15 iterations."""
+    x, y = torch.randn(3, 5), torch.randn(15)
+    a, b = lower(lambda p, s, t: (p.sin(s), p.cos(t)), [x, y])
+    legal, reason = can_fuse(FusedGroup([a]), b)
+    assert legal, reason
 
 
 def test_a_chain_compiles_to_one_kernel():

@@ -181,6 +181,7 @@ def _non_one(sizes: Sequence[sympy.Expr]) -> list[sympy.Expr]:
     return [s for s in sizes if s != 1]
 
 
+# --8<-- [start:map-dims]
 def map_dims(sizes: Sequence[sympy.Expr], space_sizes: Sequence[sympy.Expr],
              symbols: Sequence[sympy.Expr]) -> list[sympy.Expr] | None:
     """Index expressions for a loop over ``sizes`` inside a kernel loop over ``space_sizes``,
@@ -213,6 +214,7 @@ def map_dims(sizes: Sequence[sympy.Expr], space_sizes: Sequence[sympy.Expr],
             return None
         out.append(index)
     return out if j == len(dims) else None
+# --8<-- [end:map-dims]
 
 
 @dataclasses.dataclass
