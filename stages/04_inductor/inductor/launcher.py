@@ -12,9 +12,9 @@ Chapter: book/docs/performance.md ("The Python between launches").
 # *specialization* (a pointer aligned to 16 bytes, an int that is 1 or a multiple of 16, the
 # dtypes) and from it the key of the compiled variant, checks the globals the kernel read,
 # builds launch metadata for profiling hooks, and only then calls the variant's launcher, a
-# small C function. On an H200 host that is about 15 us a launch; a training step of the
-# convnet launches 40 Triton kernels, a decode step of GPT-2 about a hundred, and the GPU
-# finishes many of those kernels in less time than that.
+# small C function. Profiled on the H200 host (cProfile, which inflates it) that was about
+# 30 us a launch; a training step of the benchmark convnet launches 22 Triton kernels, a
+# GPT-2 decode step about 150, and the GPU finishes many of them in less time than that.
 #
 # The first call of each specialization goes Triton's way, which compiles the variant and
 # returns it. We keep the variant under our own key and later call its launcher directly.
