@@ -1,4 +1,4 @@
-"""Re-derive the polynomial coefficients of the Triton printer's sin, cos and erf.
+"""Re-derive the polynomial coefficients of the Triton printer's sin, cos, erf and erfc.
 
 [Note: our own sin and erf] in stages/04_inductor/inductor/codegen/triton.py. Each fit is a
 least-squares fit whose weights are pushed toward the points of largest error until it is
@@ -73,6 +73,27 @@ def fit_erf() -> None:
           np.max(np.abs(near - target * x) / (target * x)))
 
 
+def fit_erfc_narrow() -> None:
+    """erfc(t) = 2**-p(t) on [0, 10], p(0) = 0, relative error (kernels storing 16-bit
+    floats; past 10 erfc is below float32's smallest normal number)."""
+    t = np.linspace(1e-7, 10, 40001)
+    log2_erfc = np.array([math.log2(math.erfc(v)) if v < 9 else
+                          # math.erfc underflows its own precision out there: the
+                          # asymptotic series, to 1e-9 relative at 9
+                          math.log2(math.exp(-v * v) / (v * math.sqrt(math.pi))
+                                    * (1 - 0.5 / v**2 + 0.75 / v**4 - 1.875 / v**6))
+                          for v in t])
+    coef = reweighted_fit(np.vander(t, 10, increasing=True)[:, 1:], -log2_erfc,
+                          np.ones_like(t))
+    p = [float(np.float32(c)) for c in coef[::-1]]
+    t32 = t.astype(np.float32)
+    p32 = (t32 * horner32(p, t32)).astype(np.float64)
+    print("erfc (16-bit outputs) p/t (highest first):", p)
+    print("  max relative error, float32 evaluation:",
+          np.max(np.abs(np.exp2(-(p32 + log2_erfc)) - 1)))
+
+
 if __name__ == "__main__":
     fit_sin()
     fit_erf()
+    fit_erfc_narrow()

@@ -120,6 +120,7 @@ UNARY = {
     "sqrt": (torch.sqrt, "square root"),
     "rsqrt": (torch.rsqrt, "1 / sqrt(a)"),
     "erf": (torch.erf, "the error function"),
+    "erfc": (torch.erfc, "1 - erf(a), without the rounding of erf near 1"),
     "floor": (torch.floor, "round towards -inf"),
     "ceil": (torch.ceil, "round towards +inf"),
     "trunc": (torch.trunc, "round towards 0"),

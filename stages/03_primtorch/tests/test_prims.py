@@ -9,7 +9,7 @@ from primtorch import prims
 
 DTYPES = [torch.float32, torch.float64, torch.bfloat16, torch.int32, torch.int64, torch.bool]
 FLOAT_ONLY = {"sin", "cos", "tan", "tanh", "exp", "expm1", "log", "log1p", "sqrt", "rsqrt",
-              "erf", "reciprocal", "div", "pow", "asin", "acos", "atan", "sinh", "cosh",
+              "erf", "erfc", "reciprocal", "div", "pow", "asin", "acos", "atan", "sinh", "cosh",
               "asinh", "acosh", "atanh", "log2", "exp2", "lgamma", "erfinv", "atan2"}
 NO_BOOL = {"neg", "sub", "sign", "abs", "floor", "ceil", "trunc", "fmod", "maximum", "minimum",
            "round", "shift_left", "shift_right"}
@@ -74,7 +74,8 @@ def test_meta_matches_eager(prim):
 UNARY_ORACLE = {
     "sin": math.sin, "cos": math.cos, "tan": math.tan, "tanh": math.tanh, "exp": math.exp,
     "expm1": math.expm1, "log": math.log, "log1p": math.log1p, "sqrt": math.sqrt,
-    "rsqrt": lambda x: 1 / math.sqrt(x), "erf": math.erf, "floor": math.floor,
+    "rsqrt": lambda x: 1 / math.sqrt(x), "erf": math.erf, "erfc": math.erfc,
+    "floor": math.floor,
     "ceil": math.ceil, "trunc": math.trunc, "reciprocal": lambda x: 1 / x, "abs": abs,
     "neg": lambda x: -x, "sign": lambda x: float((x > 0) - (x < 0)),
     "isnan": lambda x: x != x, "logical_not": lambda x: x == 0,

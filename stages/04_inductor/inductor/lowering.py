@@ -55,9 +55,9 @@ def register_lowering(op: Any) -> Callable[[Callable], Callable]:
 
 
 FLOATING_ONLY = {"div", "pow", "sin", "cos", "tan", "tanh", "exp", "expm1", "log", "log1p",
-                 "sqrt", "rsqrt", "erf", "reciprocal", "floor", "ceil", "trunc", "sinh", "cosh",
-                 "asinh", "acosh", "atanh", "log2", "exp2", "round", "isinf", "asin", "acos",
-                 "atan", "atan2", "lgamma", "erfinv"}
+                 "sqrt", "rsqrt", "erf", "erfc", "reciprocal", "floor", "ceil", "trunc",
+                 "sinh", "cosh", "asinh", "acosh", "atanh", "log2", "exp2", "round", "isinf",
+                 "asin", "acos", "atan", "atan2", "lgamma", "erfinv"}
 INTEGER_ONLY = {"bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not"}
 # On bools, torch's add is "or"; Triton's 1-bit add would be "xor". Not worth a special case.
 NO_BOOL = {"abs", "neg", "sign", "add", "sub", "maximum", "minimum", "fmod", "bitwise_not"}
@@ -337,10 +337,11 @@ def mean_m2(a: IRNode, dims: Sequence[int]) -> tuple[IRNode, IRNode] | None:
     with a spread of 1 keeps its digits (the running mean would otherwise round at 10000's
     precision every step). After the loop the lanes combine as Chan et al. showed: counts
     add, the mean is the count-weighted mean of the lanes' means, and m2 is the lanes' m2
-    plus ``n_lane * (mean_lane - mean)**2`` each. A persistent Triton kernel has the whole
-    row in registers and does two passes over them, around the row's first element. Where
-    a row holds an infinity the shift makes inf - inf, and the mean is the plain sum / n, as
-    ``mean`` gives (torch.var_mean, a Welford too, says NaN there). Both reductions name the
+    plus ``n_lane * (mean_lane - mean)**2`` each. Where a row holds an infinity the shift
+    makes inf - inf, and the mean is the plain sum / n, as ``mean`` gives (torch.var_mean,
+    a Welford too, says NaN there). A persistent Triton kernel has the whole row in
+    registers: a first mean, then the deviations from it, whose sum corrects the mean and
+    whose squares sum to m2. Both reductions name the
     same body; the printers compute it once per kernel.
     """
     size, dtype = a.get_size(), a.get_dtype()

@@ -237,9 +237,10 @@ def test_a_scatter_stays_after_the_copy_it_writes_into(target):
 
     compiled, (doubled, out, prod) = compile_and_run(fn, [a, index, src], target)
     want = torch.scatter(-a, 0, index, src.exp().exp())
-    assert_close(out, want)
-    assert_close(prod, want * src.exp().exp())
-    assert_close(doubled, 2 * src.exp().exp())
+    # exp(exp(s)) multiplies exp's relative error by exp(s), up to ~20 for randn data
+    assert_close(out, want, rtol=1e-5, atol=1e-5)
+    assert_close(prod, want * src.exp().exp(), rtol=1e-5, atol=1e-5)
+    assert_close(doubled, 2 * src.exp().exp(), rtol=1e-5, atol=1e-5)
 
 
 @needs_aot

@@ -103,15 +103,34 @@ _GELU_K = math.sqrt(2 / math.pi)  # tanh form: Phi(x) ~ (1 + tanh(k (x + 0.04471
 
 @register_decomposition(aten.gelu.default)
 def gelu(a: torch.Tensor, *, approximate: str = "none") -> torch.Tensor:
-    """x * Phi(x): exact with erf, or the tanh approximation of GPT-2."""
+    """x * Phi(x): exact, or the tanh approximation of GPT-2. See [Note: gelu with erfc]."""
     def fn(x):
         if approximate == "tanh":
             inner = prims.add(x, prims.mul(c(x, 0.044715), prims.mul(prims.mul(x, x), x)))
             phi = prims.add(c(x, 1), prims.tanh(prims.mul(c(x, _GELU_K), inner)))
         else:
-            phi = prims.add(c(x, 1), prims.erf(prims.mul(x, c(x, math.sqrt(0.5)))))
+            phi = _twice_phi(x, a.dtype)
         return prims.mul(prims.mul(c(x, 0.5), x), phi)
     return pointwise(fn, a)
+
+
+def _twice_phi(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``1 + erf(x / sqrt 2)``; for 16-bit data, ``erfc(-x / sqrt 2)``.
+
+    [Note: gelu with erfc]
+    The normal distribution's Phi(x) is ``(1 + erf(x / sqrt 2)) / 2``, as eager computes
+    it, or equally ``erfc(-x / sqrt 2) / 2``. For negative x erf is near -1 and ``1 + erf``
+    keeps only the digits that survive the cancellation, where erfc computes the small
+    number directly; and it is one function where the other form needs two (an erf
+    accurate near 0 and near 1 is two approximations, and a Triton block computes both
+    for every element). For bfloat16 and float16 data, whose kernels are compute-bound
+    on an H200, we use erfc: gelu went from 74% to 94% of copy bandwidth ([Note: our own
+    sin and erf]). float32 keeps eager's form: there libdevice's erfcf costs more than
+    our erf, and the kernel is bound by memory either way.
+    """
+    if dtype in (torch.bfloat16, torch.float16):
+        return prims.erfc(prims.mul(x, c(x, -math.sqrt(0.5))))
+    return prims.add(c(x, 1), prims.erf(prims.mul(x, c(x, math.sqrt(0.5)))))
 
 
 @register_decomposition(aten.gelu_backward.default)
@@ -129,8 +148,7 @@ def gelu_backward(grad: torch.Tensor, a: torch.Tensor, *, approximate: str = "no
             dx = prims.add(prims.mul(c(x, 0.5), prims.add(c(x, 1), t)),
                            prims.mul(prims.mul(c(x, 0.5), x), d_tanh))
         else:
-            cdf = prims.mul(c(x, 0.5), prims.add(c(x, 1), prims.erf(
-                prims.mul(x, c(x, math.sqrt(0.5))))))
+            cdf = prims.mul(c(x, 0.5), _twice_phi(x, a.dtype))
             pdf = prims.mul(c(x, 1 / math.sqrt(2 * math.pi)),
                             prims.exp(prims.mul(c(x, -0.5), prims.mul(x, x))))
             dx = prims.add(cdf, prims.mul(x, pdf))

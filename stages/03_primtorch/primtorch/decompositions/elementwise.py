@@ -50,6 +50,7 @@ UNARY_DECOMPOSITIONS = {
     aten.sqrt.default: (prims.sqrt, KIND.INT_TO_FLOAT),
     aten.rsqrt.default: (prims.rsqrt, KIND.INT_TO_FLOAT),
     aten.erf.default: (prims.erf, KIND.INT_TO_FLOAT),
+    aten.erfc.default: (prims.erfc, KIND.INT_TO_FLOAT),
     aten.reciprocal.default: (prims.reciprocal, KIND.INT_TO_FLOAT),
     aten.asin.default: (prims.asin, KIND.INT_TO_FLOAT),
     aten.acos.default: (prims.acos, KIND.INT_TO_FLOAT),

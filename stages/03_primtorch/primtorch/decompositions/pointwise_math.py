@@ -166,11 +166,6 @@ def frac(a: torch.Tensor) -> torch.Tensor:
     return pointwise(lambda x: prims.sub(x, prims.trunc(x)), a, kind=KIND.DEFAULT)
 
 
-@register_decomposition(aten.erfc.default)
-def erfc(a: torch.Tensor) -> torch.Tensor:
-    return pointwise(lambda x: prims.sub(c(x, 1), prims.erf(x)), a)
-
-
 @register_decomposition(aten.logit.default)
 def logit(a: torch.Tensor, eps: float | None = None) -> torch.Tensor:
     """log(x / (1 - x)), with x first clamped to [eps, 1 - eps] when eps is given."""

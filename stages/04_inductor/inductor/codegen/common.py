@@ -26,6 +26,24 @@ loads carry the mask (``tl.load(ptr, xmask & tmp3)``: masked lanes touch no memo
 inside ``if (mask) { ... }`` (gcc still vectorises such loops with masked loads where it
 can). An indirect index works the same way without a region: every access through it is
 masked by its in-range condition; see [Note: indirect indexing] in virtualized.py.
+
+[Note: one rounding, at the store]
+Eager runs a bfloat16 program one op at a time, and every op rounds its result to
+bfloat16 when it writes it to memory: ``sin(x) + cos(y)`` rounds three times. Inside a
+fused kernel the intermediates never reach memory. In a kernel that stores only bfloat16
+or float16 we hold them in float32, as torch.compile does by default: a cast to bfloat16
+or float16 in the middle of the kernel changes only the dtype we record, and the store
+rounds once. The answer is the exact one rounded once (up to float32's error), where
+eager's can be several bfloat16 steps off after a cancellation, so it differs from
+eager's by about one step of the narrow type, sometimes more; tests of such kernels
+compare with float64 arithmetic. A kernel that stores a float32 (or wider) result keeps
+every rounding: it may be storing ``x.bfloat16().float()``, a rounding the program asked
+for, and there is no telling that cast from the ones type promotion inserts around each
+bfloat16 op. Each skipped cast saves two instructions (round, widen) per element, which
+a bandwidth-bound kernel with sin, cos or erf in bfloat16 cannot spare. A narrow value
+that becomes an integer or a bool is still rounded first, because there rounding changes
+the answer by a whole unit (2.999 is 3.0 in bfloat16, so ``int`` gives 3, not 2).
+``MINIPT2_EMULATE_PRECISION_CASTS=1`` rounds at every cast, as eager does.
 """
 
 from __future__ import annotations
@@ -51,6 +69,10 @@ from inductor.scheduler import (
 )
 from inductor.sizevars import size_symbols
 from inductor.virtualized import INDIRECT_PREFIX, V, indirect_symbol, is_indirect
+
+NARROW_FLOATS = (torch.bfloat16, torch.float16)  # held in float32 inside kernels
+# Round at every cast to a narrow float, as eager does; [Note: one rounding, at the store].
+EMULATE_PRECISION_CASTS = os.environ.get("MINIPT2_EMULATE_PRECISION_CASTS", "0") == "1"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -368,8 +390,27 @@ class Kernel:
     def index_expr(self, expr: sympy.Expr, dtype: torch.dtype) -> CSEVariable:
         return self.new_var(self.index_expr_text(self.index(expr), dtype), dtype)
 
+    # --8<-- [start:one-rounding]
+    def narrow_outputs(self) -> bool:
+        """Whether every buffer the kernel writes is bfloat16 or float16."""
+        names = [n.name for n in self.group.nodes if n.name not in self.removed]
+        return bool(names) and all(self.buffers[n].get_dtype() in NARROW_FLOATS
+                                   for n in names)
+
     def to_dtype(self, x: CSEVariable, dtype: torch.dtype) -> CSEVariable:
+        """``x`` as ``dtype``. In a kernel that stores only 16-bit floats, a float narrowed
+        to bfloat16/float16 keeps its float32 value (only its dtype changes) and is rounded
+        once, at the store; anything else made of a narrow value is rounded first. See
+        [Note: one rounding, at the store]."""
+        if (not EMULATE_PRECISION_CASTS and dtype in NARROW_FLOATS
+                and x.dtype in (torch.float32, *NARROW_FLOATS) and self.narrow_outputs()):
+            return CSEVariable(x.name, dtype)
+        if x.dtype in NARROW_FLOATS and dtype == torch.float32:  # already float32 inside
+            return CSEVariable(x.name, dtype)
+        if x.dtype in NARROW_FLOATS and not dtype.is_floating_point:
+            x = self.new_var(self.to_dtype_expr(x, torch.float32, x.dtype), x.dtype)
         return self.new_var(self.to_dtype_expr(x, x.dtype, dtype), dtype)
+    # --8<-- [end:one-rounding]
 
     def where(self, pred: CSEVariable, a: CSEVariable, b: CSEVariable) -> CSEVariable:
         return self.new_var(self.OPS["where"](pred, a, b), a.dtype)

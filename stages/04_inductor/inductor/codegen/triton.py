@@ -239,16 +239,57 @@ class TritonKernel(Kernel):
         return f"{x}.to({TRITON_TYPES[dst]})"
 
     # ---- sin, cos, erf: module-level helpers ([Note: our own sin and erf]) -------------
-    HELPER_OPS = frozenset({"sin", "cos", "erf"})
+    HELPER_OPS = frozenset({"sin", "cos", "erf", "erfc"})
+
+    @property
+    def sin_args(self) -> list[CSEVariable]:
+        return self.__dict__.setdefault("_sin_args", [])
+
+    # --8<-- [start:far-sin-check]
+    # A flat pointwise kernel calls sin_fast and checks every argument once, at its end
+    # (``far_sin_check``); the other kernels call sin_fp32, which checks its own argument.
+    FAST_SIN = False
 
     def sin(self, x: CSEVariable) -> CSEVariable:
-        return self._math_helper("sin", "sin_cos", "sin_fp32({0}, False)", x)
+        return self._sin_or_cos("sin", x)
 
     def cos(self, x: CSEVariable) -> CSEVariable:
-        return self._math_helper("cos", "sin_cos", "sin_fp32({0}, True)", x)
+        return self._sin_or_cos("cos", x)
+
+    def _sin_or_cos(self, op: str, x: CSEVariable) -> CSEVariable:
+        cos = op == "cos"
+        if not self.FAST_SIN or x.dtype == torch.float64:
+            return self._math_helper(op, "sin_cos", f"sin_fp32({{0}}, {cos})", x)
+        self.sin_args.append(x)
+        return self._math_helper(op, "sin_cos", f"sin_fast({{0}}, {cos})", x)
+
+    def far_sin_check(self) -> list[str]:
+        """Lines that end the kernel: if any sin/cos argument of the block is beyond 2**16
+        (or infinite), compute the block again with libdevice's functions and store it
+        again. The loads are not repeated (an output may be its own input). One block-wide
+        max per kernel, after the stores, where no warp waits for it: [Note: our own sin
+        and erf]."""
+        if not self.sin_args:
+            return []
+        widest = f"tl.abs({self.sin_args[0]})"
+        for arg in self.sin_args[1:]:
+            widest = f"tl.maximum({widest}, tl.abs({arg}))"
+        largest = f"max_abs({widest})" if interpreting() else f"tl.max({widest})"
+        again = [line.replace("sin_fast(", "sin_far(") for line in self.lines
+                 if " = tl.load(" not in line]
+        return [f"if {largest} > 65536.0:", *("    " + line for line in again)]
+    # --8<-- [end:far-sin-check]
 
     def erf(self, x: CSEVariable) -> CSEVariable:
         return self._math_helper("erf", "erf", "erf_fp32({0})", x)
+
+    def erfc(self, x: CSEVariable) -> CSEVariable:
+        """Ours where every output of the kernel is bfloat16/float16, else libdevice's:
+        [Note: our own sin and erf]."""
+        if x.dtype == torch.float64 or not self.narrow_outputs():
+            return self.new_var(_libdevice_or("erfc", "torch_op('erfc', {0})")(
+                x, dtype=x.dtype), x.dtype)
+        return self._math_helper("erfc", "erfc", "erfc_narrow({0})", x)
 
     def _math_helper(self, op: str, helper: str, call: str, x: CSEVariable) -> CSEVariable:
         if x.dtype == torch.float64:  # the helpers are float32: double stays libdevice's
@@ -373,6 +414,13 @@ RANDOM_BITS = {torch.float32: 24, torch.bfloat16: 8, torch.float16: 11}  # manti
 #   that form loses relative accuracy (1 - a number near 1), so there an odd polynomial
 #   ``x * s(x**2)`` takes over. The coefficients are least-squares fits weighted to the
 #   maximum error; ``benchmarks/fit_math.py`` re-derives them.
+# - erfc, in a kernel whose outputs are all bfloat16 or float16 (gelu's ``erfc(-x/sqrt 2)``
+#   in a bfloat16 model): ``2**-p(|x|)``, or 2 minus it for negative x, with ``p`` of
+#   degree 9 fitted to ``-log2(erfc)`` on [0, 10] (past 10 erfc is below float32's
+#   smallest normal number). One polynomial and one ``exp2``, accurate to 8e-5 relative:
+#   a fiftieth of a bfloat16 ulp, where the store rounds. With the near and far forms of erf
+#   both computed (a Triton block has no per-element branch) gelu ran at 74% of copy
+#   bandwidth; with this, 94%. Kernels that store float32 use libdevice's ``erfcf``.
 # Under the interpreter (no libdevice, no fused multiply-add) ``rint`` is ``floor(x + 0.5)``,
 # ``fma`` computes in float64, the block's max is NumPy's and the far branch is ``tl.sin``;
 # the polynomials are the same, so CI runs them.
@@ -402,30 +450,45 @@ def max_abs(x):
 SIN_COS = '''
 
 @triton.jit
-def sin_fp32(x, COS: tl.constexpr):
-    """sin(x), or cos(x) with COS; float32, [Note: our own sin and erf]."""
-    if {max_abs} <= 65536.0:  # (inf goes the far way; NaN gives NaN either way)
-        if COS:  # x = (k + 1/2) * pi + r: cos(x) = (-1)**(k+1) * sin(r)
-            k = round_fp32(x * 0.3183098861837907 - 0.5) + 0.5
-        else:  # x = k * pi + r: sin(x) = (-1)**k * sin(r)
-            k = round_fp32(x * 0.3183098861837907)
-        # pi = 3.1415927410125732 - 8.742277657347586e-08 - 3.4302490200117637e-15 (to 72
-        # bits); each product k * part is exact inside the fma
-        r = fma(k, -3.1415927410125732, x)
-        r = fma(k, 8.742277657347586e-08, r)
-        r = fma(k, 3.4302490200117637e-15, r)
-        u = r * r
-        q = fma(fma(fma(u, 2.605792360554915e-06, -0.00019809608056675643), u,
-                    0.00833306647837162), u, -0.16666659712791443)
-        s = fma(r * u, q, r)
-        if COS:
-            y = tl.where(((k + 0.5).to(tl.int32) & 1) != 0, -s, s)
-        else:  # and sin(-0.0) is -0.0, which the reduction turned into +0.0
-            y = tl.where(x == 0, x, tl.where((k.to(tl.int32) & 1) != 0, -s, s))
-    elif COS:
+def sin_fast(x, COS: tl.constexpr):
+    """sin(x), or cos(x) with COS; float32, right while |x| <= 2**16: [Note: our own sin
+    and erf]."""
+    if COS:  # x = (k + 1/2) * pi + r: cos(x) = (-1)**(k+1) * sin(r)
+        k = round_fp32(x * 0.3183098861837907 - 0.5) + 0.5
+    else:  # x = k * pi + r: sin(x) = (-1)**k * sin(r)
+        k = round_fp32(x * 0.3183098861837907)
+    # pi = 3.1415927410125732 - 8.742277657347586e-08 - 3.4302490200117637e-15 (to 72
+    # bits); each product k * part is exact inside the fma
+    r = fma(k, -3.1415927410125732, x)
+    r = fma(k, 8.742277657347586e-08, r)
+    r = fma(k, 3.4302490200117637e-15, r)
+    u = r * r
+    q = fma(fma(fma(u, 2.605792360554915e-06, -0.00019809608056675643), u,
+                0.00833306647837162), u, -0.16666659712791443)
+    s = fma(r * u, q, r)
+    if COS:
+        y = tl.where(((k + 0.5).to(tl.int32) & 1) != 0, -s, s)
+    else:  # and sin(-0.0) is -0.0, which the reduction turned into +0.0
+        y = tl.where(x == 0, x, tl.where((k.to(tl.int32) & 1) != 0, -s, s))
+    return y
+
+
+@triton.jit
+def sin_far(x, COS: tl.constexpr):
+    if COS:
         y = {far_cos}(x)
     else:
         y = {far_sin}(x)
+    return y
+
+
+@triton.jit
+def sin_fp32(x, COS: tl.constexpr):
+    """sin(x), or cos(x) with COS; float32, one branch per block."""
+    if {max_abs} <= 65536.0:  # (inf goes the far way; NaN gives NaN either way)
+        y = sin_fast(x, COS)
+    else:
+        y = sin_far(x, COS)
     return y
 '''
 # --8<-- [end:sin-cos]
@@ -447,6 +510,21 @@ def erf_fp32(x):
     return tl.where(t < 0.75, near, tl.where(x < 0, -far, far))  # near keeps -0.0
 '''
 
+ERFC = '''
+
+@triton.jit
+def erfc_narrow(x):
+    """erfc(x) to 1e-4 relative, for kernels that store only 16-bit floats; [Note: our own
+    sin and erf]."""
+    t = tl.minimum(tl.abs(x), 10.0, propagate_nan=tl.PropagateNan.ALL)
+    p = t * fma(fma(fma(fma(fma(fma(fma(fma(
+        t, 3.5470367976131456e-08, -1.919826672747149e-06), t, 4.549377626972273e-05), t,
+        -0.000624058477114886), t, 0.005541579332202673), t, -0.03397016599774361), t,
+        0.15148316323757172), t, 0.9184220433235168), t, 1.6275749206542969)
+    e = tl.where(t >= 10.0, 0.0, tl.exp2(-p))  # exactly 0 out there: gelu(-inf) is NaN
+    return tl.where(x < 0, 2.0 - e, e)
+'''
+
 
 def math_helper_sources(helper: str) -> dict[str, str]:
     """The module-level helpers that ``helper`` needs, by name: ``fma`` and ``round_fp32``,
@@ -461,7 +539,8 @@ def math_helper_sources(helper: str) -> dict[str, str]:
         common = FMA.format(rint="libdevice.rint(v)", fma="tl.fma(a, b, c)")
         far = {"far_sin": "libdevice.sin", "far_cos": "libdevice.cos",
                "max_abs": "tl.max(tl.abs(x))"}
-    return {"fma": common, helper: ERF if helper == "erf" else SIN_COS.format(**far)}
+    own = {"erf": ERF, "erfc": ERFC}.get(helper) or SIN_COS.format(**far)
+    return {"fma": common, helper: own}
 
 
 def imports(kernel: Kernel | None = None) -> list[str]:
@@ -540,7 +619,11 @@ def generate_triton_kernel(group: FusedGroup, removed: set[str], buffers: dict[s
     split = tiling_split(kernel)
     if split is not None:
         return generate_tiled_kernel(group, removed, buffers, number, split)
+    kernel.FAST_SIN = True
     kernel.generate_body()
+    if kernel.sin_args and any("tl.atomic" in line for line in kernel.lines):
+        kernel = TritonKernel(group, removed, buffers)  # an atomic must not run twice
+        kernel.generate_body()
     name = kernel_name("triton_poi", group, number)
     wide = ".to(tl.int64)" if needs_int64_indices(kernel) else ""  # else int32: faster
     size_vars = kernel.size_params()  # [Note: sizes as kernel arguments]
@@ -556,6 +639,7 @@ def generate_triton_kernel(group: FusedGroup, removed: set[str], buffers: dict[s
         "    xmask = xindex < xnumel",
         *("    " + line for line in kernel.index_lines()),
         *("    " + line for line in kernel.lines),
+        *("    " + line for line in kernel.far_sin_check()),
     ]
     xblock, num_warps = block_size(kernel.numel)
     if "sin_cos" in kernel.helpers and all(
@@ -565,6 +649,8 @@ def generate_triton_kernel(group: FusedGroup, removed: set[str], buffers: dict[s
         # bound, 16-bit data (bfloat16 sin(x) + cos(y) on an H200: 82% of copy bandwidth
         # with 4 warps, 90% with one); float32 kernels wait for memory and keep 4 warps.
         xblock, num_warps = min(xblock, 512), 1
+    elif "erfc" in kernel.helpers and xblock >= 1024:  # 16 elements a thread: bfloat16 gelu
+        xblock, num_warps = 2048, 4  # at 94% of copy bandwidth on an H200, 88% with 8
     launch = {"XBLOCK": xblock, "num_warps": num_warps}
     hint = sizevars.current().hint
     return KernelSource(name, "\n".join(lines) + "\n", kernel.call_args(), kernel.numel,
