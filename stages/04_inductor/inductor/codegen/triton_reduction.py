@@ -311,8 +311,8 @@ class TritonReductionKernel(TritonKernel):
                 *("    " + line for line in loop.body), *loop.suffix]
 
 
-def launch_config(numel: int, rnumel: int, itemsize: int = 4,
-                  outer: bool = False) -> tuple[bool, int, int, int]:
+def launch_config(numel: int, rnumel: int, itemsize: int = 4, outer: bool = False,
+                  welford: bool = False) -> tuple[bool, int, int, int]:
     """(persistent, XBLOCK, RBLOCK, num_warps) for ``numel`` rows of ``rnumel`` elements
     whose widest input element is ``itemsize`` bytes.
 
@@ -321,7 +321,9 @@ def launch_config(numel: int, rnumel: int, itemsize: int = 4,
     KiB, up to 16. On an H200: bfloat16 rows of 4096 (rmsnorm) ran at 94% of copy
     bandwidth with 4 warps and 96% with 8 (86% with 16); float32 ones at 97-100% with 8
     and 101% with 16; rows of 8192 (layer norm, softmax) at 92-96% with 8 and 93-97% with
-    16 in bfloat16, 98-101% with 16 in float32. (Single runs; neighbours differ by 1-2%.)
+    16 in bfloat16, 98-101% with 16 in float32. Layer norm (``welford``: a pair of sums
+    per lane in one reduction) is the exception: 8 warps, 90% and 98%, against 82% and
+    96% with 16. (Single runs; neighbouring configs differ by 1-2%.)
     """
     rblock = 1 << max(0, rnumel - 1).bit_length()
     if outer:  # [Note: outer reductions]
@@ -333,7 +335,7 @@ def launch_config(numel: int, rnumel: int, itemsize: int = 4,
     xblock = max(1, min(TILE_ELEMENTS // rblock, 1 << max(0, numel - 1).bit_length(), 64))
     num_warps = max(1, min(16, xblock * rblock * itemsize // 2048))
     if persistent and rblock >= 4096:  # long rows: one warp per KiB of row
-        num_warps = min(16, rblock * itemsize // 1024)
+        num_warps = min(16, rblock * itemsize // 1024, 8 if welford else 16)
     return persistent, xblock, rblock, num_warps
 
 
@@ -377,7 +379,9 @@ def generate_triton_reduction(group: FusedGroup, removed: set[str], buffers: dic
     hint = sizevars.current().hint  # [Note: sizes as kernel arguments]
     persistent, xblock, rblock, num_warps = launch_config(
         hint(kernel.numel), hint(kernel.rnumel), itemsize,
-        is_outer_reduction(group, buffers, removed))
+        is_outer_reduction(group, buffers, removed),
+        any(n.buffer.data.reduction_type.startswith("welford") for n in group.nodes
+            if n.is_reduction()))
     static_rows = isinstance(kernel.rnumel, int)
     if persistent and not static_rows:  # a symbolic row may outgrow any RBLOCK: loop
         persistent, rblock = False, min(rblock, LOOP_RBLOCK)
