@@ -202,8 +202,8 @@ class TritonKernel(Kernel):
 
     def narrow(self, x: str, dtype: torch.dtype) -> str:
         """``x`` (float32) as ``dtype``, rounded to nearest even; [Note: triton interpreter]."""
-        if dtype == torch.bfloat16 and interpreting():
-            bits = f"{x}.to(tl.uint32, bitcast=True)"
+        if dtype == torch.bfloat16 and interpreting():  # (an integer: its float32 first)
+            bits = f"{x}.to(tl.float32).to(tl.uint32, bitcast=True)"
             x = (f"((({bits}) + 0x7FFF + ((({bits}) >> 16) & 1)) & 0xFFFF0000)"
                  ".to(tl.float32, bitcast=True)")
         return f"{x}.to({TRITON_TYPES[dtype]})"
@@ -408,9 +408,12 @@ RANDOM_BITS = {torch.float32: 24, torch.bfloat16: 8, torch.float16: 11}  # manti
 #   float32 parts and fused multiply-adds (Cody and Waite's reduction, exact enough while
 #   ``|x| <= 2**16``); then one odd polynomial, ``sin(r) = r + r**3 * q(r**2)``, fitted
 #   to float32 by us, and the sign of ``(-1)**k``. Past 2**16 that reduction loses digits,
-#   so a block holding any such ``|x|`` (or inf/NaN) takes libdevice's path instead: one
-#   branch per block, taken by all its threads alike, so it costs a block-wide max. A cos
-#   is the sin of the same ``r`` around the half-integer multiple: one polynomial for both.
+#   so a block holding any such ``|x|`` (or inf) takes libdevice's path instead: one
+#   branch per block, taken by all its threads alike, so it costs a block-wide max. A flat
+#   pointwise kernel takes that max once, over all its sin/cos arguments, after its
+#   stores, and redoes the block if it must (``far_sin_check``); other kernels check each
+#   call (``sin_fp32``). A cos is the sin of the same ``r`` around the half-integer
+#   multiple: one polynomial for both.
 # - erf: for ``|x| >= 0.75``, ``1 - 2**-p(|x|)`` with ``p`` a degree-7 polynomial fitted to
 #   ``-log2(erfc)`` (clamped at 4, where erf rounds to 1): one ``exp2`` on the GPU's
 #   special-function unit, and the error scales with erfc, so it stays below 2e-7. Near 0
@@ -418,12 +421,11 @@ RANDOM_BITS = {torch.float32: 24, torch.bfloat16: 8, torch.float16: 11}  # manti
 #   ``x * s(x**2)`` takes over. The coefficients are least-squares fits weighted to the
 #   maximum error; ``benchmarks/fit_math.py`` re-derives them.
 # - erfc, in a kernel whose outputs are all bfloat16 or float16 (gelu's ``erfc(-x/sqrt 2)``
-#   in a bfloat16 model): ``2**-p(|x|)``, or 2 minus it for negative x, with ``p`` of
-#   degree 9 fitted to ``-log2(erfc)`` on [0, 10] (past 10 erfc is below float32's
-#   smallest normal number). One polynomial and one ``exp2``, accurate to 8e-5 relative:
-#   a fiftieth of a bfloat16 ulp, where the store rounds. With the near and far forms of erf
-#   both computed (a Triton block has no per-element branch) gelu ran at 74% of copy
-#   bandwidth; with this, 94%. Kernels that store float32 use libdevice's ``erfcf``.
+#   for 16-bit data, [Note: gelu with erfc]): ``2**-p(|x|)``, or 2 minus it for negative
+#   x, with ``p`` of degree 9 fitted to ``-log2(erfc)`` on [0, 10]. Past 10 erfc is below
+#   float32's smallest normal number and ``p`` keeps rising (to inf at inf), so no clamp.
+#   One polynomial and one ``exp2``, to 8e-5 relative: a fiftieth of a bfloat16 step,
+#   where the store rounds. Kernels that store float32 call libdevice's ``erfcf``.
 # Under the interpreter (no libdevice, no fused multiply-add) ``rint`` is ``floor(x + 0.5)``,
 # ``fma`` computes in float64, the block's max is NumPy's and the far branch is ``tl.sin``;
 # the polynomials are the same, so CI runs them.
@@ -519,12 +521,12 @@ ERFC = '''
 def erfc_narrow(x):
     """erfc(x) to 1e-4 relative, for kernels that store only 16-bit floats; [Note: our own
     sin and erf]."""
-    t = tl.minimum(tl.abs(x), 10.0, propagate_nan=tl.PropagateNan.ALL)
+    t = tl.abs(x)  # p rises past 10 (to inf at inf): no clamp needed
     p = t * fma(fma(fma(fma(fma(fma(fma(fma(
         t, 3.5470367976131456e-08, -1.919826672747149e-06), t, 4.549377626972273e-05), t,
         -0.000624058477114886), t, 0.005541579332202673), t, -0.03397016599774361), t,
         0.15148316323757172), t, 0.9184220433235168), t, 1.6275749206542969)
-    e = tl.where(t >= 10.0, 0.0, tl.exp2(-p))  # exactly 0 out there: gelu(-inf) is NaN
+    e = tl.exp2(-p)  # 0 at inf, so gelu(-inf) is NaN, as eager's
     return tl.where(x < 0, 2.0 - e, e)
 '''
 

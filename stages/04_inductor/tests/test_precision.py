@@ -1,0 +1,142 @@
+"""Precision choices of the printers, against float64 and eager: one rounding at the store
+in 16-bit kernels ([Note: one rounding, at the store] in codegen/common.py), erfc and gelu
+for 16-bit data ([Note: gelu with erfc], [Note: our own sin and erf]), sin/cos checking
+their arguments once per kernel, and persistent reductions reading their row twice
+([Note: reloading a row])."""
+
+from __future__ import annotations
+
+import driver
+import inductor
+import pytest
+import torch
+import torch.nn.functional as F
+from inductor.codegen import common
+from inductor_testing import device_for, prims_graph, to_target
+
+STEP = {torch.bfloat16: 2.0**-8, torch.float16: 2.0**-11}  # relative step of the type
+
+
+def kernel_source(compiled) -> str:
+    graphs = getattr(compiled, "graphs", None)
+    artifacts = graphs[0].artifacts if graphs else compiled.artifacts
+    return "".join(v for k, v in artifacts.items() if "kernels/" in k)
+
+
+def kernel_body(source: str) -> str:
+    """The ``@triton.jit`` kernel itself, not the helpers printed above it."""
+    return source[source.index("def triton_"):]
+
+
+def wide_values() -> torch.Tensor:
+    torch.manual_seed(0)
+    return torch.cat([torch.randn(4000) * 3, torch.linspace(-12, 12, 2001),
+                      torch.tensor([0.0, -0.0, 1e-7, -1e-7, float("inf"), -float("inf"),
+                                    float("nan")])])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_erfc_against_float64(dtype):
+    """float32: libdevice's erfcf (a few ulp). 16-bit: ours, 2**-p(|x|), within one step of
+    the type, including the far tail (erfc(9) is 4e-37) that ``1 - erf`` would lose."""
+    x = to_target([wide_values().to(dtype)], "triton")[0]
+    graph = prims_graph(lambda p, a: p.erfc(a), [x])
+    compiled = inductor.compile_fx_inner(graph, [x], target="triton")
+    (got,) = compiled(x)
+    want = torch.erfc(x.cpu().double())
+    assert ("erfc_narrow(" in kernel_body(kernel_source(compiled))) == (dtype in STEP)
+    if dtype in STEP:  # one step of the type (2**-7 relative at most, in bfloat16) from
+        # float64's value rounded to it, down to the smallest normal number; below that, a
+        # subnormal (which the interpreter's float32 -> bfloat16 conversion mangles)
+        got, want = got.cpu().double(), want.to(dtype).double()
+        normal = (want.abs() >= torch.finfo(dtype).smallest_normal) | want.isnan()
+        torch.testing.assert_close(got[normal], want[normal], rtol=2 * STEP[dtype], atol=0,
+                                   equal_nan=True)
+        assert (got[~normal].abs() < torch.finfo(dtype).smallest_normal).all()
+    else:
+        torch.testing.assert_close(got.cpu().double(), want, rtol=4e-7, atol=1e-38,
+                                   equal_nan=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("target", ["triton", "cpp"])
+def test_gelu_of_16_bit_data_is_erfc(dtype, target):
+    """``x * erfc(-x / sqrt 2) / 2``: within one step of float64's gelu everywhere, where
+    eager's ``1 + erf`` cancels for negative x; and gelu(-inf) is NaN, as eager's."""
+    x = to_target([wide_values().to(dtype)], target)[0]
+    compiled = driver.compile(lambda a: F.gelu(a) * 0.5 + a, options={"target": target})
+    got = compiled(x).cpu()
+    exact = F.gelu(x.cpu().double()) * 0.5 + x.cpu().double()
+    torch.testing.assert_close(got.double(), exact, rtol=STEP[dtype], atol=1e-6,
+                               equal_nan=True)
+    assert got[-2].isnan()  # x = -inf
+    if target == "triton":
+        assert "erfc_narrow(" in kernel_body(kernel_source(compiled))
+
+
+def test_one_rounding_at_the_store(monkeypatch):
+    """bfloat16 sin(x) + cos(y): one rounding (the store), so the result is float32's sum
+    rounded once; with MINIPT2_EMULATE_PRECISION_CASTS the kernel rounds after each op and
+    matches eager exactly."""
+    torch.manual_seed(1)
+    x, y = to_target([torch.randn(5000).bfloat16(), torch.randn(5000).bfloat16()], "triton")
+    fn = lambda a, b: torch.sin(a) + torch.cos(b)  # noqa: E731
+    compiled = driver.compile(fn, options={"target": "triton"})
+    got = compiled(x, y).cpu()
+    body = kernel_body(kernel_source(compiled))
+    assert body.count("tl.bfloat16") == body.count("tl.store(")  # at the store only
+    once = (torch.sin(x.cpu().float()) + torch.cos(y.cpu().float())).bfloat16()
+    assert (got != once).float().mean() < 1e-3  # float32 sin a few ulp from torch's
+    eager = fn(x, y).cpu()
+    assert (eager != once).any()  # eager's three roundings do differ: the test can fail
+
+    driver.reset()
+    monkeypatch.setattr(common, "EMULATE_PRECISION_CASTS", True)
+    compiled = driver.compile(fn, options={"target": "triton"})
+    got = compiled(x, y).cpu()
+    body = kernel_body(kernel_source(compiled))
+    assert body.count("tl.bfloat16") > 2 * body.count("tl.store(")  # after each op
+    assert (got != eager).float().mean() < 1e-3
+
+
+@pytest.mark.parametrize("target", ["triton", "cpp"])
+def test_a_narrow_value_made_an_integer_is_rounded_first(target):
+    """In a kernel storing only bfloat16, ``x.bfloat16()`` stays float32 inside, but its
+    ``int`` is taken of the bfloat16 value: 2.999 is 3.0 in bfloat16."""
+    x = to_target([torch.tensor([2.999, -2.999, 7.97, 0.4])], target)[0]
+    fn = lambda a: (a.bfloat16().to(torch.int32) + 1).bfloat16()  # noqa: E731
+    compiled = driver.compile(fn, options={"target": target})
+    assert torch.equal(compiled(x).cpu(), fn(x.cpu()))
+
+
+def test_sin_and_cos_check_their_arguments_once_after_the_stores():
+    """One block-wide max for both arguments, after the store; a block holding a huge
+    argument is computed again by libdevice's functions (the interpreter's tl.sin)."""
+    torch.manual_seed(2)
+    a, b = torch.randn(3000) * 3, torch.randn(3000) * 3
+    a[1500], b[2999] = 3.0e5, -1.0e7  # two blocks take the far path
+    x, y = to_target([a, b], "triton")
+    compiled = driver.compile(lambda p, q: torch.sin(p) * torch.cos(q),
+                              options={"target": "triton"})
+    got = compiled(x, y).cpu()
+    body = kernel_body(kernel_source(compiled))
+    assert body.count("> 65536.0") == 1 and body.index("tl.store") < body.index("> 65536.0")
+    assert "sin_far(" in body and "sin_fast(" in body
+    want = torch.sin(a.double()) * torch.cos(b.double())
+    torch.testing.assert_close(got.double(), want, rtol=4e-7, atol=2e-7)
+
+
+def test_persistent_reduction_reads_its_row_again_after_the_last_reduction():
+    """Layer norm rows: loaded with evict_last for the statistics, again with evict_first
+    for the output; the weight with evict_last throughout."""
+    x = torch.randn(64, 1024, device=device_for("triton"))
+    w, b = torch.randn(1024, device=x.device), torch.randn(1024, device=x.device)
+    fn = lambda a: F.layer_norm(a, (1024,), w, b)  # noqa: E731
+    compiled = driver.compile(fn, options={"target": "triton"})
+    torch.testing.assert_close(compiled(x), fn(x), rtol=1e-5, atol=1e-5)
+    body = kernel_body(kernel_source(compiled))
+    assert "triton_per" in body
+    first = body.index("evict_last")
+    again = body.index("evict_first")
+    assert first < body.index("tl.reduce") < body.rindex("tl.reduce") < again
+    assert body.count("tl.load(in_ptr0") == 2
