@@ -6,13 +6,14 @@ their arguments once per kernel, and persistent reductions reading their row twi
 
 from __future__ import annotations
 
-import driver
 import inductor
 import pytest
 import torch
 import torch.nn.functional as F
 from inductor.codegen import common
 from inductor_testing import device_for, prims_graph, to_target
+
+import driver
 
 STEP = {torch.bfloat16: 2.0**-8, torch.float16: 2.0**-11}  # relative step of the type
 
