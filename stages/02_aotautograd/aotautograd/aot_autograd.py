@@ -153,8 +153,11 @@ def state_reader(gm: Callable) -> Callable[[], list[torch.Tensor]]:
 def example_value(node: fx.Node) -> torch.Tensor | int:
     """An uninitialised real tensor shaped like the placeholder (the backward compiler's
     example input: the real saved values do not exist before the forward runs); a saved
-    size is its traced value. Symbolic sizes take their hints."""
+    size is its traced value. Symbolic sizes take their hints. A result a library call
+    leaves out (cuDNN attention's unused outputs) is saved as None, and stays None."""
     val = node.meta["val"]
+    if val is None:
+        return None
     if not isinstance(val, torch.Tensor):
         return hint_int(val)
     device = node.meta.get("device", torch.device("cpu"))

@@ -116,3 +116,18 @@ def test_mutated_input_used_by_backward():
     compiled = compile_module(fn, [x, running.clone()])
     compiled(x, running)[0].backward()
     torch.testing.assert_close(x.grad, torch.full((3, 3), 0.5))
+
+
+def test_a_saved_none_stays_none_as_a_backward_example_input():
+    """cuDNN attention leaves some results out (None); one saved for backward is an example
+    input of the backward compiler too, as None, where it once raised in ``int(None)``."""
+    from aotautograd.aot_autograd import example_value
+
+    graph = torch.fx.Graph()
+    missing, size, tensor = (graph.placeholder(n) for n in ("missing", "size", "tensor"))
+    missing.meta["val"], size.meta["val"] = None, 7
+    tensor.meta["val"] = torch.empty(2, 3).t()
+    assert example_value(missing) is None
+    assert example_value(size) == 7
+    made = example_value(tensor)
+    assert made.shape == (3, 2) and made.stride() == (1, 3)

@@ -236,8 +236,13 @@ class Reduction(Loops):
 
     def store_output(self, name: str, layout: Layout, index: Sequence[Expr],
                      rindex: Sequence[Expr]) -> None:
-        """Reduce ``inner_fn(index, r)`` over all r, store it at ``index``."""
-        value = ops.reduction(self.dtype, self.reduction_type, self.inner_fn(index, rindex))
+        """Reduce ``inner_fn(index, r)`` over all r, store it at ``index``. A welford may
+        also evaluate the row's first value (``first``), to shift around; [Note: welford]."""
+        first = None
+        if self.reduction_type.startswith("welford"):
+            first = lambda: self.inner_fn(index, [sympy.Integer(0)] * len(rindex))  # noqa: E731
+        value = ops.reduction(self.dtype, self.reduction_type, self.inner_fn(index, rindex),
+                              first=first)
         ops.store_reduction(name, layout.index(index), value)
 # --8<-- [end:reduction-ir]
 

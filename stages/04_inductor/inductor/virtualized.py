@@ -151,7 +151,8 @@ class PrintHandler:
     def store_reduction(self, name: str, index: sympy.Expr, value: str) -> None:
         self.lines.append(f"ops.store_reduction({name}, {_text(index)}, {value})")
 
-    def reduction(self, dtype: torch.dtype, reduction_type: str, value: str) -> str:
+    def reduction(self, dtype: torch.dtype, reduction_type: str, value: str,
+                  first: Any = None) -> str:
         return self._emit(f"ops.reduction({dtype}, {reduction_type!r}, {value})")
 
     def constant(self, value: Any, dtype: torch.dtype) -> str:
@@ -203,7 +204,8 @@ class ReadWritesHandler:
     def store_reduction(self, name: str, index: sympy.Expr, value: Any) -> None:
         self.store(name, index, value)
 
-    def reduction(self, dtype: torch.dtype, reduction_type: str, value: Any) -> None:
+    def reduction(self, dtype: torch.dtype, reduction_type: str, value: Any,
+                  first: Any = None) -> None:
         self.op_count += 1
         self.op_names.append({"max": "amax", "min": "amin"}.get(reduction_type,
                                                                  reduction_type))

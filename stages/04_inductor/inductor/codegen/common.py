@@ -370,10 +370,11 @@ class Kernel:
                                      self.buffers[name].get_dtype(), self.full_mask(
                                          self.rewrite(index))))
 
-    def reduction(self, dtype: torch.dtype, reduction_type: str,
-                  value: CSEVariable) -> CSEVariable:
+    def reduction(self, dtype: torch.dtype, reduction_type: str, value: CSEVariable,
+                  first: Callable[[], CSEVariable] | None = None) -> CSEVariable:
+        """``first``, for a welford: prints the row's first value ([Note: welford])."""
         if reduction_type in ("welford_mean", "welford_m2"):
-            mean, m2 = self.welford(value, dtype)
+            mean, m2 = self.welford(value, dtype, first)
             return mean if reduction_type == "welford_mean" else m2
         if self.loop is None:
             expr = self.reduce_expr(value, reduction_type, dtype)
@@ -459,14 +460,16 @@ class Kernel:
         """A uniform number in [0, 1): Philox of (seed, offset, stream); [Note: philox]."""
         return self.new_var(self.rand_expr(seed, offset, stream, dtype), dtype)
 
-    def welford(self, value: CSEVariable, dtype: torch.dtype) -> tuple[CSEVariable, CSEVariable]:
+    def welford(self, value: CSEVariable, dtype: torch.dtype,
+                first: Callable[[], CSEVariable] | None = None
+                ) -> tuple[CSEVariable, CSEVariable]:
         """(mean, m2) of ``value`` over the reduced elements, computed once however many
         reductions ask for them ([Note: welford]); a variable name is one definition, so it
         is a good cache key."""
         if value.name not in self.welfords:
             mean, m2 = self.fresh(dtype), self.fresh(dtype)
             if self.loop is None:
-                self.welford_rows(mean, m2, value)
+                self.welford_rows(mean, m2, value, first)
             else:
                 self.welford_accumulate(self.loop, mean, m2, value)
             self.welfords[value.name] = (mean, m2)
@@ -529,7 +532,8 @@ class Kernel:
                   dtype: torch.dtype) -> str:
         raise NotImplementedError
 
-    def welford_rows(self, mean: CSEVariable, m2: CSEVariable, value: CSEVariable) -> None:
+    def welford_rows(self, mean: CSEVariable, m2: CSEVariable, value: CSEVariable,
+                     first: Callable[[], CSEVariable] | None = None) -> None:
         """Persistent kernels: a whole row's mean and m2 (it is in registers: two passes)."""
         raise NotImplementedError
 

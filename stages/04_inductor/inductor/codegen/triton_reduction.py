@@ -38,6 +38,7 @@ subexpression table sees a new expression and emits a new load.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import Any
 
 import sympy
@@ -240,25 +241,37 @@ class TritonReductionKernel(TritonKernel):
     # --8<-- [end:triton-argmax]
 
     # --8<-- [start:triton-welford]
-    def welford_rows(self, mean: CSEVariable, m2: CSEVariable, value: CSEVariable) -> None:
-        """A whole row is in registers. A first mean ``m0``, then the deviations ``d`` from
-        it: small numbers even when the mean is large, so their sum (a correction to ``m0``,
-        whose own sum rounded at the row's magnitude) and the sum of their squares are exact
-        to float32's precision; ``m2`` is ``sum(d*d) - n * c**2`` with ``c`` the mean
-        deviation. The two sums of ``d`` share one block-wide reduction (a pair of values
-        per lane), so the row costs two: on an H200 each one more costs an 8192-wide layer
-        norm about 5% of its bandwidth. See [Note: welford]."""
-        first = self.new_var(reduce_tile("sum", value.dtype,
-                                         f"tl.where(rmask, {value}, 0.0)") + " / rnumel",
-                             value.dtype)
-        spread = self.new_var(f"tl.where(rmask, {value} - {first}, 0.0)", value.dtype)
+    def welford_rows(self, mean: CSEVariable, m2: CSEVariable, value: CSEVariable,
+                     first: Callable[[], CSEVariable] | None = None) -> None:
+        """A whole row is in registers: two passes over it, each one block-wide reduction.
+        The mean, summed around the row's first value ``f`` (``first()`` prints it: the
+        node's value at r = 0, a load of one element per row), so the sum adds small
+        numbers even when the mean is large; then the squared deviations from the mean.
+        An infinite ``f`` is no shift (0), so a row holding inf has an inf (or NaN) mean
+        as torch's. Each reduction more costs an 8192-wide layer norm several % of its
+        bandwidth on an H200. Without ``first``, a first mean ``m0`` is the shift, and the
+        deviations' sum (its correction) and their squares share one reduction of pairs.
+        See [Note: welford]."""
+        if first is not None:
+            start = first()
+            shift = self.new_var(f"tl.where(tl.abs({start}) < float('inf'), {start}, 0.0)",
+                                 value.dtype)
+            total = reduce_tile("sum", value.dtype, f"tl.where(rmask, {value} - {shift}, 0.0)")
+            self.lines.append(f"{mean} = {shift} + {total} / rnumel")
+            spread = self.new_var(f"tl.where(rmask, {value} - {mean}, 0.0)", value.dtype)
+            self.lines.append(f"{m2} = {reduce_tile('sum', value.dtype, f'{spread} * {spread}')}")
+            return
+        first_mean = self.new_var(reduce_tile("sum", value.dtype,
+                                              f"tl.where(rmask, {value}, 0.0)") + " / rnumel",
+                                  value.dtype)
+        spread = self.new_var(f"tl.where(rmask, {value} - {first_mean}, 0.0)", value.dtype)
         shift, squares = self.fresh(value.dtype), self.fresh(value.dtype)
         self.lines += [
             f"{shift}, {squares} = tl.reduce(({spread}, {spread} * {spread}), 1, add_pairs)",
             f"{shift} = {shift}[:, None] / rnumel",
             f"{squares} = {squares}[:, None]"]
-        corrected = self.new_var(f"{first} + {shift}", value.dtype)  # NaN if a row has inf:
-        self.lines.append(f"{mean} = tl.where({corrected} != {corrected}, {first}, "
+        corrected = self.new_var(f"{first_mean} + {shift}", value.dtype)  # NaN if inf:
+        self.lines.append(f"{mean} = tl.where({corrected} != {corrected}, {first_mean}, "
                           f"{corrected})")  # then the plain mean, inf (or NaN) as torch's
         self.lines.append(f"{m2} = {squares} - rnumel * {shift} * {shift}")
 
@@ -311,8 +324,8 @@ class TritonReductionKernel(TritonKernel):
                 *("    " + line for line in loop.body), *loop.suffix]
 
 
-def launch_config(numel: int, rnumel: int, itemsize: int = 4, outer: bool = False,
-                  welford: bool = False) -> tuple[bool, int, int, int]:
+def launch_config(numel: int, rnumel: int, itemsize: int = 4,
+                  outer: bool = False) -> tuple[bool, int, int, int]:
     """(persistent, XBLOCK, RBLOCK, num_warps) for ``numel`` rows of ``rnumel`` elements
     whose widest input element is ``itemsize`` bytes.
 
@@ -321,9 +334,8 @@ def launch_config(numel: int, rnumel: int, itemsize: int = 4, outer: bool = Fals
     KiB, up to 16. On an H200: bfloat16 rows of 4096 (rmsnorm) ran at 94% of copy
     bandwidth with 4 warps and 96% with 8 (86% with 16); float32 ones at 97-100% with 8
     and 101% with 16; rows of 8192 (layer norm, softmax) at 92-96% with 8 and 93-97% with
-    16 in bfloat16, 98-101% with 16 in float32. Layer norm (``welford``: a pair of sums
-    per lane in one reduction) is the exception: 8 warps, 90% and 98%, against 82% and
-    96% with 16. (Single runs; neighbouring configs differ by 1-2%.)
+    16 in bfloat16, 98-101% with 16 in float32. (Single runs; neighbouring configs differ
+    by 1-2% from run to run.)
     """
     rblock = 1 << max(0, rnumel - 1).bit_length()
     if outer:  # [Note: outer reductions]
@@ -335,7 +347,7 @@ def launch_config(numel: int, rnumel: int, itemsize: int = 4, outer: bool = Fals
     xblock = max(1, min(TILE_ELEMENTS // rblock, 1 << max(0, numel - 1).bit_length(), 64))
     num_warps = max(1, min(16, xblock * rblock * itemsize // 2048))
     if persistent and rblock >= 4096:  # long rows: one warp per KiB of row
-        num_warps = min(16, rblock * itemsize // 1024, 8 if welford else 16)
+        num_warps = min(16, rblock * itemsize // 1024)
     return persistent, xblock, rblock, num_warps
 
 
@@ -379,9 +391,7 @@ def generate_triton_reduction(group: FusedGroup, removed: set[str], buffers: dic
     hint = sizevars.current().hint  # [Note: sizes as kernel arguments]
     persistent, xblock, rblock, num_warps = launch_config(
         hint(kernel.numel), hint(kernel.rnumel), itemsize,
-        is_outer_reduction(group, buffers, removed),
-        any(n.buffer.data.reduction_type.startswith("welford") for n in group.nodes
-            if n.is_reduction()))
+        is_outer_reduction(group, buffers, removed))
     static_rows = isinstance(kernel.rnumel, int)
     if persistent and not static_rows:  # a symbolic row may outgrow any RBLOCK: loop
         persistent, rblock = False, min(rblock, LOOP_RBLOCK)
