@@ -95,3 +95,21 @@ def test_a_library_call_that_returns_a_number(target):
     compiled = inductor.compile_fx_inner(gm, [x], target=target)
     (out,) = compiled(x)
     assert_close(out, x.cpu() * 2 + 5)
+
+
+@pytest.mark.parametrize("target", ["cpp", "triton"])
+def test_a_none_input_reaches_the_library_call_that_takes_it(target):
+    """A backward graph's saved value may be None (a result cuDNN attention left out): the
+    graph takes it as an argument that binds nothing and hands None on."""
+
+    (x,) = to_target([torch.randn(4)], target)
+    graph = torch.fx.Graph()
+    a, none = graph.placeholder("x"), graph.placeholder("missing")
+    a.meta["val"], none.meta["val"] = torch.empty(4, device="meta"), None
+    out = graph.call_function(torch.ops.aten.add.Tensor, (a, 1.0))
+    out.meta["val"] = torch.empty(4, device="meta")
+    graph.output((out,))
+    compiled = inductor.compile_fx_inner(torch.fx.GraphModule({}, graph), [x, None],
+                                         target=target)
+    (got,) = compiled(x, None)
+    assert_close(got, x.cpu() + 1)

@@ -277,7 +277,8 @@ def test_scatter_add_of_bfloat16_is_a_library_call(target):
     index = torch.randint(0, 4, (6, 3))
     compiled, (out,) = compile_and_run(lambda p, x, i, s: p.scatter_add(x, 0, i, s),
                                        [a, index, src], target)
-    assert_close(out, torch.scatter_add(a, 0, index, src))
+    # on a GPU the library adds in bfloat16 in another order than the CPU: a step apart
+    assert_close(out, torch.scatter_add(a, 0, index, src), rtol=2**-6, atol=2**-6)
     assert "FallbackKernel(minipt2.scatter_add" in compiled.artifacts["loop_ir"]
 
 
