@@ -151,9 +151,10 @@ class GraphLowering(torch.fx.Interpreter):
         if isinstance(val, torch.SymInt) and isinstance(example, int):
             self.graph_inputs.append(SizeArg(name, sympify_size(val)))
             return sympify_size(val)
-        if example is None:  # a result a library call left out, saved for backward: it
-            self.graph_inputs.append(SizeArg(name, sympy.Integer(0)))  # binds no size
-            return None  # and reaches the library call that takes it as None
+        if example is None or isinstance(example, int):  # a result of a library call
+            # saved for backward, left out (None) or a number (cuDNN attention's max_q):
+            self.graph_inputs.append(SizeArg(name, sympy.Integer(0)))  # binds no size,
+            return example  # the library call that takes it gets the traced value
         if not isinstance(example, torch.Tensor):
             raise CompileError(f"graph input {target!r} is not a tensor ({type(example)})")
         shaped = val if isinstance(val, torch.Tensor) and val.ndim == example.ndim else example

@@ -340,9 +340,10 @@ def mean_m2(a: IRNode, dims: Sequence[int]) -> tuple[IRNode, IRNode] | None:
     plus ``n_lane * (mean_lane - mean)**2`` each. Where a row holds an infinity the shift
     makes inf - inf, and the mean is the plain sum / n, as ``mean`` gives (torch.var_mean,
     a Welford too, says NaN there). A persistent Triton kernel has the whole row in
-    registers and makes two passes, each one block-wide reduction: the mean, summed around
-    the row's first value (the reduction's body evaluated at r = 0, which the kernel asks
-    for through ``ops.reduction(..., first=...)``), then the squared deviations from it.
+    registers and sums around the row's first value (the reduction's body evaluated at
+    r = 0, which the kernel asks for through ``ops.reduction(..., first=...)``): two passes,
+    each one block-wide reduction (the mean, then the squared deviations from it); or, in a
+    kernel that stores only 16-bit floats, one reduction of pairs (``welford_one_pass``).
     Both reductions name the same body; the printers compute it once per kernel.
     """
     size, dtype = a.get_size(), a.get_dtype()

@@ -113,3 +113,7 @@ def test_a_none_input_reaches_the_library_call_that_takes_it(target):
                                          target=target)
     (got,) = compiled(x, None)
     assert_close(got, x.cpu() + 1)
+    none.meta["val"] = 7  # a saved number (cuDNN attention's max_q) the same way
+    compiled = inductor.compile_fx_inner(torch.fx.GraphModule({}, graph), [x, 7],
+                                         target=target)
+    assert_close(compiled(x, 7)[0], x.cpu() + 1)

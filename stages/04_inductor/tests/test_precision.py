@@ -142,3 +142,23 @@ def test_persistent_reduction_reads_its_row_again_after_the_last_reduction():
     again = body.index("evict_first")
     assert first < body.index("tl.reduce") < body.rindex("tl.reduce") < again
     assert body.count("tl.load(in_ptr0") == 3 and "tl.load(in_ptr0 + ((1024*x0)), xmask)" in body
+
+
+@pytest.mark.parametrize("outlier", [0.0, 6.0e4])
+def test_16_bit_layer_norm_makes_one_pass_and_a_second_for_an_outlier_first(outlier):
+    """16-bit outputs: one reduction of pairs around the row's first value. An outlier
+    first value (60000 in a row of 8192 values of spread 1) cancels 13 bits of m2 away;
+    the row's second pass restores them: within a float16 step of float64's layer norm."""
+    torch.manual_seed(3)
+    x = torch.randn(8, 8192)
+    x[::3, 0] += outlier
+    x, w, b = to_target([x.half(), torch.rand(8192).half() + 0.5,
+                         torch.randn(8192).half()], "triton")
+    fn = lambda a: F.layer_norm(a, (8192,), w, b)  # noqa: E731
+    compiled = driver.compile(fn, options={"target": "triton"})
+    got = compiled(x).cpu().double()
+    exact = F.layer_norm(x.cpu().double(), (8192,), w.cpu().double(), b.cpu().double())
+    torch.testing.assert_close(got, exact, rtol=2**-10, atol=2**-14)
+    if x.device.type == "cpu":  # (a GPU splits these few long rows: [Note: split
+        body = kernel_body(kernel_source(compiled))  # reductions])
+        assert "add_pairs" in body and body.count("tl.reduce(") == 2  # one, and the rescue

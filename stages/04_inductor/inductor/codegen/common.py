@@ -75,6 +75,10 @@ NARROW_FLOATS = (torch.bfloat16, torch.float16)  # held in float32 inside kernel
 EMULATE_PRECISION_CASTS = os.environ.get("MINIPT2_EMULATE_PRECISION_CASTS", "0") == "1"
 
 
+class NotAtRowStart(Exception):
+    """A row's first value needs one this kernel computes; see ``Kernel.row_start``."""
+
+
 @dataclasses.dataclass(frozen=True)
 class CSEVariable:
     """A named temporary in generated code, with the dtype of the value it holds."""
@@ -333,6 +337,8 @@ class Kernel:
     def load(self, name: str, index: sympy.Expr) -> CSEVariable:
         key = (name, self.index(index))
         var = self.lookup("stored", key)
+        if var is None and name in self.nodes and self.at_row_start:
+            raise NotAtRowStart(name)  # its value exists at the row's positions only
         if var is None and name in self.nodes:  # computed in an earlier loop: recompute
             self.run_node(self.nodes[name])
             var = self.lookup("stored", key)
@@ -459,6 +465,25 @@ class Kernel:
              dtype: torch.dtype) -> CSEVariable:
         """A uniform number in [0, 1): Philox of (seed, offset, stream); [Note: philox]."""
         return self.new_var(self.rand_expr(seed, offset, stream, dtype), dtype)
+
+    at_row_start = False  # printing a node's value at r = 0 (``row_start``)
+
+    def row_start(self, first: Callable[[], CSEVariable] | None) -> CSEVariable | None:
+        """``first()``, a reduction body's value at r = 0; None (and nothing printed) where
+        that needs a value this kernel computes, which exists at the row's positions only."""
+        if first is None:
+            return None
+        scope = self.scopes[-1]
+        saved = (len(self.lines), dict(scope.cse), dict(scope.stored), dict(self.in_args))
+        self.at_row_start = True
+        try:
+            return first()
+        except NotAtRowStart:
+            del self.lines[saved[0]:]
+            scope.cse, scope.stored, self.in_args = saved[1], saved[2], saved[3]
+            return None
+        finally:
+            self.at_row_start = False
 
     def welford(self, value: CSEVariable, dtype: torch.dtype,
                 first: Callable[[], CSEVariable] | None = None

@@ -63,6 +63,16 @@ PERSISTENT_MAX = int(os.environ.get("MINIPT2_TRITON_PERSISTENT_MAX", "8192"))
 LOOP_RBLOCK = int(os.environ.get("MINIPT2_TRITON_LOOP_RBLOCK", "2048"))
 TILE_ELEMENTS = 4096  # XBLOCK * RBLOCK a program aims for in a persistent kernel
 
+ANY_ROW_INTERP = '''
+def any_row(flags):
+    """Interpreter only: the block's largest 0/1 flag, for an ``if`` (``tl.max`` is one of
+    Triton's own jit helpers, which the interpreter may be unable to call; [Note: triton
+    interpreter])."""
+    import numpy
+
+    data = flags.handle.data
+    return int(numpy.max(data)) if data.size else 0
+'''
 HELPERS = '''
 
 @triton.jit
@@ -243,37 +253,52 @@ class TritonReductionKernel(TritonKernel):
     # --8<-- [start:triton-welford]
     def welford_rows(self, mean: CSEVariable, m2: CSEVariable, value: CSEVariable,
                      first: Callable[[], CSEVariable] | None = None) -> None:
-        """A whole row is in registers: two passes over it, each one block-wide reduction.
-        The mean, summed around the row's first value ``f`` (``first()`` prints it: the
-        node's value at r = 0, a load of one element per row), so the sum adds small
-        numbers even when the mean is large; then the squared deviations from the mean.
-        An infinite ``f`` is no shift (0), so a row holding inf has an inf (or NaN) mean
-        as torch's. Each reduction more costs an 8192-wide layer norm several % of its
-        bandwidth on an H200. Without ``first``, a first mean ``m0`` is the shift, and the
-        deviations' sum (its correction) and their squares share one reduction of pairs.
-        See [Note: welford]."""
-        if first is not None:
-            start = first()
+        """A whole row is in registers; its mean and m2 around a shift ``f`` near the
+        mean: the row's first value (``first()`` prints the node's value at r = 0, one
+        element per row; ``row_start``), else the plain mean (one more reduction). An
+        infinite ``f`` is no shift (0): a row holding inf has an inf or NaN mean, as
+        torch's. Two passes, each one block-wide reduction: the mean ``f + sum(x - f)/n``,
+        whose sum adds small numbers even when the mean is large; then the squared
+        deviations from the mean. A kernel that stores only 16-bit floats makes one pass
+        ([Note: welford])."""
+        dtype = value.dtype
+        start = self.row_start(first)
+        if start is not None:
             shift = self.new_var(f"tl.where(tl.abs({start}) < float('inf'), {start}, 0.0)",
-                                 value.dtype)
-            total = reduce_tile("sum", value.dtype, f"tl.where(rmask, {value} - {shift}, 0.0)")
-            self.lines.append(f"{mean} = {shift} + {total} / rnumel")
-            spread = self.new_var(f"tl.where(rmask, {value} - {mean}, 0.0)", value.dtype)
-            self.lines.append(f"{m2} = {reduce_tile('sum', value.dtype, f'{spread} * {spread}')}")
-            return
-        first_mean = self.new_var(reduce_tile("sum", value.dtype,
-                                              f"tl.where(rmask, {value}, 0.0)") + " / rnumel",
-                                  value.dtype)
-        spread = self.new_var(f"tl.where(rmask, {value} - {first_mean}, 0.0)", value.dtype)
-        shift, squares = self.fresh(value.dtype), self.fresh(value.dtype)
+                                 dtype)
+        else:
+            shift = self.new_var(reduce_tile("sum", dtype, f"tl.where(rmask, {value}, 0.0)")
+                                 + " / rnumel", dtype)
+            shift = self.new_var(f"tl.where({shift} != {shift}, 0.0, {shift})", dtype)
+        spread = self.new_var(f"tl.where(rmask, {value} - {shift}, 0.0)", dtype)
+        if self.narrow_outputs():
+            return self.welford_one_pass(mean, m2, value, shift, spread)
+        self.lines.append(f"{mean} = {shift} + "
+                          f"{reduce_tile('sum', dtype, str(spread))} / rnumel")
+        deviation = self.new_var(f"tl.where(rmask, {value} - {mean}, 0.0)", dtype)
+        self.lines.append(f"{m2} = {reduce_tile('sum', dtype, f'{deviation} * {deviation}')}")
+
+    def welford_one_pass(self, mean: CSEVariable, m2: CSEVariable, value: CSEVariable,
+                         shift: CSEVariable, spread: CSEVariable) -> None:
+        """One reduction of pairs: the sums of ``d = x - f`` and of ``d*d``; the mean is
+        ``f + S1/n``, m2 is ``S2 - S1**2/n``. That difference cancels as ``f`` lies farther
+        from the mean in units of the spread: a float32 m2 keeps about 21 of its 24 bits
+        for a first value 2 sigma out, plenty for a 16-bit result (8 or 11 bits) and not
+        for a float32 one. A row that lost more than 10 bits (an outlier first value)
+        computes m2 again from the deviations from the mean, in a branch the block takes
+        only then: [Note: welford]."""
+        dtype = value.dtype
+        total, squares, again = self.fresh(dtype), self.fresh(dtype), self.fresh(dtype)
+        lost = f"{m2} < {squares} * (1.0 / 1024)"  # NaN compares false: no second pass
         self.lines += [
-            f"{shift}, {squares} = tl.reduce(({spread}, {spread} * {spread}), 1, add_pairs)",
-            f"{shift} = {shift}[:, None] / rnumel",
-            f"{squares} = {squares}[:, None]"]
-        corrected = self.new_var(f"{first_mean} + {shift}", value.dtype)  # NaN if inf:
-        self.lines.append(f"{mean} = tl.where({corrected} != {corrected}, {first_mean}, "
-                          f"{corrected})")  # then the plain mean, inf (or NaN) as torch's
-        self.lines.append(f"{m2} = {squares} - rnumel * {shift} * {shift}")
+            f"{total}, {squares} = tl.reduce(({spread}, {spread} * {spread}), 1, add_pairs)",
+            f"{total} = {total}[:, None]",
+            f"{squares} = {squares}[:, None]",
+            f"{mean} = {shift} + {total} / rnumel",
+            f"{m2} = {squares} - {total} * {total} / rnumel",
+            f"if {'any_row' if interpreting() else 'tl.max'}(({lost}).to(tl.int32)) > 0:",
+            f"    {again} = tl.where(rmask, {value} - {mean}, 0.0)",
+            f"    {m2} = {reduce_tile('sum', dtype, f'{again} * {again}')}"]
 
     def welford_accumulate(self, loop: Loop, mean: CSEVariable, m2: CSEVariable,
                            value: CSEVariable) -> None:
@@ -324,8 +349,8 @@ class TritonReductionKernel(TritonKernel):
                 *("    " + line for line in loop.body), *loop.suffix]
 
 
-def launch_config(numel: int, rnumel: int, itemsize: int = 4,
-                  outer: bool = False) -> tuple[bool, int, int, int]:
+def launch_config(numel: int, rnumel: int, itemsize: int = 4, outer: bool = False,
+                  welford: bool = False) -> tuple[bool, int, int, int]:
     """(persistent, XBLOCK, RBLOCK, num_warps) for ``numel`` rows of ``rnumel`` elements
     whose widest input element is ``itemsize`` bytes.
 
@@ -334,8 +359,9 @@ def launch_config(numel: int, rnumel: int, itemsize: int = 4,
     KiB, up to 16. On an H200: bfloat16 rows of 4096 (rmsnorm) ran at 94% of copy
     bandwidth with 4 warps and 96% with 8 (86% with 16); float32 ones at 97-100% with 8
     and 101% with 16; rows of 8192 (layer norm, softmax) at 92-96% with 8 and 93-97% with
-    16 in bfloat16, 98-101% with 16 in float32. (Single runs; neighbouring configs differ
-    by 1-2% from run to run.)
+    16 in bfloat16, 98-101% with 16 in float32. Layer norm (``welford``) is the exception:
+    8 warps, 91% in bfloat16 and 98% in float32 against 80-83% and 96-97% with 16. (Single
+    runs; neighbouring configs differ by 1-2% from run to run.)
     """
     rblock = 1 << max(0, rnumel - 1).bit_length()
     if outer:  # [Note: outer reductions]
@@ -347,7 +373,7 @@ def launch_config(numel: int, rnumel: int, itemsize: int = 4,
     xblock = max(1, min(TILE_ELEMENTS // rblock, 1 << max(0, numel - 1).bit_length(), 64))
     num_warps = max(1, min(16, xblock * rblock * itemsize // 2048))
     if persistent and rblock >= 4096:  # long rows: one warp per KiB of row
-        num_warps = min(16, rblock * itemsize // 1024)
+        num_warps = min(16, rblock * itemsize // 1024, 8 if welford else 16)
     return persistent, xblock, rblock, num_warps
 
 
@@ -391,7 +417,9 @@ def generate_triton_reduction(group: FusedGroup, removed: set[str], buffers: dic
     hint = sizevars.current().hint  # [Note: sizes as kernel arguments]
     persistent, xblock, rblock, num_warps = launch_config(
         hint(kernel.numel), hint(kernel.rnumel), itemsize,
-        is_outer_reduction(group, buffers, removed))
+        is_outer_reduction(group, buffers, removed),
+        any(n.buffer.data.reduction_type.startswith("welford") for n in group.nodes
+            if n.is_reduction()))
     static_rows = isinstance(kernel.rnumel, int)
     if persistent and not static_rows:  # a symbolic row may outgrow any RBLOCK: loop
         persistent, rblock = False, min(rblock, LOOP_RBLOCK)
@@ -407,6 +435,7 @@ def generate_triton_reduction(group: FusedGroup, removed: set[str], buffers: dic
                         *map(str, size_vars), "XBLOCK: tl.constexpr", "RBLOCK: tl.constexpr"])
     lines = [
         *kernel.header("#"), *imports(kernel), HELPERS.strip("\n"), "", "",
+        *([ANY_ROW_INTERP.strip("\n"), "", ""] if interpreting() else []),
         "@triton.jit",
         f"def {name}({params}):",
         f"    xoffset = tl.program_id(0){wide} * XBLOCK",
