@@ -15,6 +15,8 @@ warning fails the test.
 
 from __future__ import annotations
 
+import os
+
 import dynamo
 import pytest
 import torch
@@ -60,6 +62,14 @@ ROW_MAJOR_NOT_EAGER = {
 }
 
 
+def input_for(make_input, backend: str) -> torch.Tensor:
+    """The case's input, on the GPU for the Triton target when the tests run there
+    (``MINIPT2_TEST_DEVICE=cuda``); ``to`` keeps a transposed input's strides."""
+    on_gpu = (backend == "inductor-triton" and torch.cuda.is_available()
+              and os.environ.get("MINIPT2_TEST_DEVICE") == "cuda")
+    return make_input().to("cuda" if on_gpu else "cpu")
+
+
 def shares_storage(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
 
@@ -76,7 +86,7 @@ def compile_and_run(fn, x: torch.Tensor, backend: str) -> torch.Tensor:
 @pytest.mark.parametrize("case", CASES)
 def test_output_aliases_input_exactly_when_eager_does(case, backend):
     fn, make_input = CASES[case]
-    x = make_input()
+    x = input_for(make_input, backend)
     x_eager = x.clone().as_strided(x.shape, x.stride())  # same values, same strides
     expected, out = fn(x_eager), compile_and_run(fn, x, backend)
     torch.testing.assert_close(out, expected)
@@ -98,7 +108,7 @@ def test_fresh_outputs_are_row_major(case, backend):
     """Known gap: eager's ``x.t().clone()`` keeps the strides (1, 6); ours is contiguous.
     Values and the absence of aliasing are right (checked above and here)."""
     fn, make_input = ROW_MAJOR_NOT_EAGER[case]
-    x = make_input()
+    x = input_for(make_input, backend)
     expected, out = fn(x), compile_and_run(fn, x, backend)
     torch.testing.assert_close(out, expected)
     assert not shares_storage(out, x)
