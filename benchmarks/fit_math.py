@@ -1,6 +1,6 @@
 """Re-derive the polynomial coefficients of the Triton printer's sin, cos, erf and erfc.
 
-[Note: our own sin and erf] in stages/04_inductor/inductor/codegen/triton.py. Each fit is a
+[Note: our own sin and erf] in stages/04_inductor/inductor/codegen/triton_math.py. Each fit is a
 least-squares fit whose weights are pushed toward the points of largest error until it is
 close to the minimax polynomial (iteratively reweighted least squares), then evaluated
 with float32 coefficients and float32 Horner steps to report the error a kernel will see.

@@ -1,5 +1,5 @@
 """Our own sin, cos and erf in Triton kernels ([Note: our own sin and erf] in
-codegen/triton.py) against float64 eager: float32 accuracy over wide ranges, the far
+codegen/triton_math.py) against float64 eager: float32 accuracy over wide ranges, the far
 (libdevice) branch for blocks holding a huge argument, infinities, NaN, signed zeros and
 tiny values; bfloat16 rounds to the same values as eager."""
 

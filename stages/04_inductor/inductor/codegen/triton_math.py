@@ -1,0 +1,161 @@
+"""Our own float32 sin, cos, erf and erfc for Triton kernels: the helpers' source text.
+
+Input: the name of a helper a kernel calls (``sin_cos``, ``erf``, ``erfc``), and whether the
+kernel runs under Triton's interpreter.
+Output: the module-level functions to print above the kernel (``math_helper_sources``).
+The Triton printer (codegen/triton.py) decides where each is called; this module is what
+they compute, and why. Chapter: book/docs/performance.md ("When arithmetic sets the pace").
+"""
+
+from __future__ import annotations
+
+# [Note: our own sin and erf]
+# ``tl.sin``, ``tl.cos`` and ``tl.erf`` become libdevice's ``sinf``/``cosf``/``erff``: about
+# one ulp, but long. A float32 kernel does not notice (it waits for memory anyway); a
+# bfloat16 one moves half the bytes per element, and there they made ``sin(x) + cos(y)``
+# and ``gelu`` compute-bound: 69% and 60% of copy bandwidth on an H200. Ours keep float32
+# accuracy (checked against float64 on the GPU: sin/cos 1.4 ulp like libdevice's, erf 1.7
+# ulp against 0.7) with fewer instructions:
+# - sin and cos: ``x = k*pi + r`` with ``k`` the nearest integer (for cos, the nearest
+#   half-integer) and ``|r| <= pi/2``, where ``r`` is computed with pi split into three
+#   float32 parts and fused multiply-adds (Cody and Waite's reduction, exact enough while
+#   ``|x| <= 2**16``); then one odd polynomial, ``sin(r) = r + r**3 * q(r**2)``, fitted
+#   to float32 by us, and the sign of ``(-1)**k``. Past 2**16 that reduction loses digits,
+#   so a block holding any such ``|x|`` (or inf) takes libdevice's path instead: one
+#   branch per block, taken by all its threads alike, so it costs a block-wide max. A flat
+#   pointwise kernel takes that max once, over all its sin/cos arguments, after its
+#   stores, and redoes the block if it must (``far_sin_check``); other kernels check each
+#   call (``sin_fp32``). A cos is the sin of the same ``r`` around the half-integer
+#   multiple: one polynomial for both.
+# - erf: for ``|x| >= 0.75``, ``1 - 2**-p(|x|)`` with ``p`` a degree-7 polynomial fitted to
+#   ``-log2(erfc)`` (clamped at 4, where erf rounds to 1): one ``exp2`` on the GPU's
+#   special-function unit, and the error scales with erfc, so it stays below 2e-7. Near 0
+#   that form loses relative accuracy (1 - a number near 1), so there an odd polynomial
+#   ``x * s(x**2)`` takes over. The coefficients are least-squares fits weighted to the
+#   maximum error; ``benchmarks/fit_math.py`` re-derives them.
+# - erfc, in a kernel whose outputs are all bfloat16 or float16 (gelu's ``erfc(-x/sqrt 2)``
+#   for 16-bit data, [Note: gelu with erfc]): ``2**-p(|x|)``, or 2 minus it for negative
+#   x, with ``p`` of degree 9 fitted to ``-log2(erfc)`` on [0, 10]. Past 10 erfc is below
+#   float32's smallest normal number and ``p`` keeps rising (to inf at inf), so no clamp.
+#   One polynomial and one ``exp2``, to 8e-5 relative: a fiftieth of a bfloat16 step,
+#   where the store rounds. Kernels that store float32 call libdevice's ``erfcf``.
+# Under the interpreter (no libdevice, no fused multiply-add) ``rint`` is ``floor(x + 0.5)``,
+# ``fma`` computes in float64, the block's max is NumPy's and the far branch is ``tl.sin``;
+# the polynomials are the same, so CI runs them.
+FMA = '''
+
+@triton.jit
+def round_fp32(v):
+    return {rint}
+
+
+@triton.jit
+def fma(a, b, c):
+    return {fma}
+'''
+MAX_ABS_INTERP = '''
+
+def max_abs(x):
+    """Interpreter only: the largest |x| of a block. (``tl.max`` is one of Triton's own
+    ``@jit`` helpers, which the interpreter may be unable to call; [Note: triton
+    interpreter].)"""
+    import numpy
+
+    data = numpy.abs(x.handle.data)
+    return float(numpy.nanmax(data)) if data.size and not numpy.isnan(data).all() else 0.0
+'''
+# --8<-- [start:sin-cos]
+SIN_COS = '''
+
+@triton.jit
+def sin_fast(x, COS: tl.constexpr):
+    """sin(x), or cos(x) with COS; float32, right while |x| <= 2**16: [Note: our own sin
+    and erf]."""
+    if COS:  # x = (k + 1/2) * pi + r: cos(x) = (-1)**(k+1) * sin(r)
+        k = round_fp32(x * 0.3183098861837907 - 0.5) + 0.5
+    else:  # x = k * pi + r: sin(x) = (-1)**k * sin(r)
+        k = round_fp32(x * 0.3183098861837907)
+    # pi = 3.1415927410125732 - 8.742277657347586e-08 - 3.4302490200117637e-15 (to 72
+    # bits); each product k * part is exact inside the fma
+    r = fma(k, -3.1415927410125732, x)
+    r = fma(k, 8.742277657347586e-08, r)
+    r = fma(k, 3.4302490200117637e-15, r)
+    u = r * r
+    q = fma(fma(fma(u, 2.605792360554915e-06, -0.00019809608056675643), u,
+                0.00833306647837162), u, -0.16666659712791443)
+    s = fma(r * u, q, r)
+    if COS:
+        y = tl.where(((k + 0.5).to(tl.int32) & 1) != 0, -s, s)
+    else:  # and sin(-0.0) is -0.0, which the reduction turned into +0.0
+        y = tl.where(x == 0, x, tl.where((k.to(tl.int32) & 1) != 0, -s, s))
+    return y
+
+
+@triton.jit
+def sin_far(x, COS: tl.constexpr):
+    if COS:
+        y = {far_cos}(x)
+    else:
+        y = {far_sin}(x)
+    return y
+
+
+@triton.jit
+def sin_fp32(x, COS: tl.constexpr):
+    """sin(x), or cos(x) with COS; float32, one branch per block."""
+    if {max_abs} <= 65536.0:  # (inf goes the far way; NaN gives NaN either way)
+        y = sin_fast(x, COS)
+    else:
+        y = sin_far(x, COS)
+    return y
+'''
+# --8<-- [end:sin-cos]
+ERF = '''
+
+@triton.jit
+def erf_fp32(x):
+    """erf(x) in float32, [Note: our own sin and erf]."""
+    t = tl.minimum(tl.abs(x), 4.0, propagate_nan=tl.PropagateNan.ALL)
+    p = t * fma(fma(fma(fma(fma(fma(
+        t, -0.00010021798516390845, 0.0004615540092345327), t, 0.002302281791344285), t,
+        -0.02945256233215332), t, 0.14896368980407715), t, 0.9183286428451538), t,
+        1.6279137134552002)
+    far = 1.0 - tl.exp2(-p)
+    u = t * t
+    near = x * fma(fma(fma(fma(u, 0.0041588060557842255, -0.026360204443335533), u,
+                           0.11273732781410217), u, -0.3761192858219147), u,
+                   1.1283791065216064)
+    return tl.where(t < 0.75, near, tl.where(x < 0, -far, far))  # near keeps -0.0
+'''
+
+ERFC = '''
+
+@triton.jit
+def erfc_narrow(x):
+    """erfc(x) to 1e-4 relative, for kernels that store only 16-bit floats; [Note: our own
+    sin and erf]."""
+    t = tl.abs(x)  # p rises past 10 (to inf at inf): no clamp needed
+    p = t * fma(fma(fma(fma(fma(fma(fma(fma(
+        t, 3.5470367976131456e-08, -1.919826672747149e-06), t, 4.549377626972273e-05), t,
+        -0.000624058477114886), t, 0.005541579332202673), t, -0.03397016599774361), t,
+        0.15148316323757172), t, 0.9184220433235168), t, 1.6275749206542969)
+    e = tl.exp2(-p)  # 0 at inf, so gelu(-inf) is NaN, as eager's
+    return tl.where(x < 0, 2.0 - e, e)
+'''
+
+
+def math_helper_sources(helper: str, interpreter: bool) -> dict[str, str]:
+    """The module-level helpers that ``helper`` needs, by name: ``fma`` and ``round_fp32``,
+    then the function itself; for the GPU or for the interpreter, whose NumPy has neither:
+    there ``fma`` computes in float64, where a product of two floats is exact (``a`` is
+    always a block, the others may be constants), and ``rint`` is ``floor(v + 0.5)``."""
+    if interpreter:
+        common = FMA.format(rint="tl.floor(v + 0.5)",
+                            fma="(a.to(tl.float64) * b + c).to(tl.float32)") + MAX_ABS_INTERP
+        far = {"far_sin": "tl.sin", "far_cos": "tl.cos", "max_abs": "max_abs(x)"}
+    else:
+        common = FMA.format(rint="libdevice.rint(v)", fma="tl.fma(a, b, c)")
+        far = {"far_sin": "libdevice.sin", "far_cos": "libdevice.cos",
+               "max_abs": "tl.max(tl.abs(x))"}
+    own = {"erf": ERF, "erfc": ERFC}.get(helper) or SIN_COS.format(**far)
+    return {"fma": common, helper: own}
