@@ -162,3 +162,26 @@ def test_16_bit_layer_norm_makes_one_pass_and_a_second_for_an_outlier_first(outl
     if x.device.type == "cpu":  # (a GPU splits these few long rows: [Note: split
         body = kernel_body(kernel_source(compiled))  # reductions])
         assert "add_pairs" in body and body.count("tl.reduce(") == 2  # one, and the rescue
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("row_start", ["first value", "plain mean"])
+def test_layer_norm_statistics_of_rows_holding_inf_and_nan(dtype, row_start, monkeypatch):
+    """A row holding inf has an inf mean, as ``mean`` says (NaN with both signs, or a NaN;
+    torch.var_mean says NaN for any inf, [Note: welford]) and a NaN variance, whichever
+    shift the statistics use: the row's first value, or the plain mean where
+    ``row_start`` gives up (a body reading a value the kernel computes)."""
+    if row_start == "plain mean":
+        monkeypatch.setattr(common.Kernel, "row_start", lambda self, first: None)
+    x = torch.randn(6, 256)
+    x[1, 0], x[2, 7] = float("inf"), float("inf")
+    x[3, 5], x[3, 9] = float("inf"), -float("inf")
+    x[4, 0] = float("nan")
+    (x,) = to_target([x.to(dtype)], "triton")
+    fn = lambda a: torch.var_mean(a.float(), dim=1, correction=0)  # noqa: E731
+    compiled = driver.compile(fn, options={"target": "triton"})
+    var, mean = compiled(x)
+    want_var, want_mean = fn(x)[0], x.float().mean(1)
+    torch.testing.assert_close(var.cpu(), want_var.cpu(), equal_nan=True, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(mean.cpu(), want_mean.cpu(), equal_nan=True, rtol=1e-5,
+                               atol=1e-5)
