@@ -117,6 +117,43 @@ def test_gpt_decode_compiles_at_most_twice(backend, target):
     if backend == "inductor":
         wrapper = compiled.graphs[1].artifacts["wrapper"]
         assert "s0 = arg0.size(1)" in wrapper  # the length, read from the tokens
+        # on a GPU attention stays one library kernel ([Note: library attention with
+        # symbolic sizes]); on the CPU it is the math path, fused by inductor
+        fused = "_scaled_dot_product_efficient_attention" in wrapper
+        assert fused == (DEVICE == "cuda"), wrapper
+
+
+@pytest.mark.skipif(DEVICE != "cuda", reason="library attention is a CUDA kernel")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("case", ["causal", "plain", "mask", "head12", "grad"])
+def test_symbolic_attention_on_the_gpu(case, dtype):
+    """One library kernel where it applies, the math path where it does not (a mask, a head
+    size that is not a multiple of 8, a gradient): equal to eager either way, in one
+    symbolic graph."""
+    head = 12 if case == "head12" else 16
+
+    def attend(q, k, v, mask):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
+                                              is_causal=case in ("causal", "grad"))
+
+    compiled = compile_with(attend, "inductor", "triton")
+    torch.manual_seed(0)
+    for length in (5, 9, 23):
+        q, k, v = (torch.randn(2, 3, length, head, dtype=dtype, requires_grad=case == "grad")
+                   for _ in range(3))
+        mask = torch.randn(length, length, dtype=dtype) if case == "mask" else None
+        with torch.no_grad() if case != "grad" else torch.enable_grad():
+            got, want = compiled(q, k, v, mask), attend(q, k, v, mask)
+        tol = {"rtol": 2e-2, "atol": 2e-2} if dtype == torch.bfloat16 else {}
+        torch.testing.assert_close(got, want, **tol)
+        if case == "grad":
+            g = torch.randn_like(want)
+            torch.testing.assert_close(torch.autograd.grad(got, (q, k, v), g),
+                                       torch.autograd.grad(want, (q, k, v), g), **tol)
+    assert len(compiled.graphs) == 2
+    wrapper = compiled.graphs[1].artifacts["wrapper"]
+    fused = "_scaled_dot_product_efficient_attention" in wrapper
+    assert fused == (case in ("causal", "plain")), wrapper
 
 
 # ------------------------------------------------------------------ an MLP over batch sizes

@@ -20,6 +20,22 @@ symbolic sizes").
 # matmul is written with the ops the C++ would have called; attention becomes its math
 # path (matmuls and a softmax, which inductor fuses), not a fused library kernel. A static
 # trace never enters this module.
+#
+# [Note: library attention with symbolic sizes]
+# The math path costs a decoding GPT on a GPU twice over: it writes the scores (B, H, L, L)
+# to memory and reads them back, and each layer launches six more kernels and library calls
+# (copies of q, k and v into the layouts ``bmm`` takes, the softmax, two ``bmm``s, the merge of
+# the heads) where one fused kernel would do. So on CUDA, when no gradient is wanted, we call
+# the memory-efficient attention kernel ourselves, as ATen's composite would have picked it:
+# ``_scaled_dot_product_efficient_attention``, whose meta function (Python, in torch) copes
+# with symbolic sizes because it only builds empty tensors. It reads q, k and v through their
+# strides (the head split of ``qkv`` stays a view) and writes its output already in the
+# (B, L, H, D) order the model transposes back to. We ask for it only where every release we
+# support runs it: the three float dtypes, head sizes that are a multiple of 8 up to 128, no
+# mask beyond ``is_causal``. Training keeps the math path: the kernel's backward needs the
+# log-sum-exp, whose meta size (rounded up to 32 rows) takes arithmetic on a symbol that we
+# have not taught our SymInts; CPU tensors keep it too (ATen's CPU flash kernel decomposes
+# to the same math in primtorch).
 """
 
 from __future__ import annotations
@@ -73,6 +89,22 @@ def _rmatmul(b: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
     return matmul(a, b)
 
 
+# --8<-- [start:library-attention]
+def library_attention_applies(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                              attn_mask: torch.Tensor | None) -> bool:
+    """Whether attention with symbolic sizes can be one library kernel rather than its math
+    path: [Note: library attention with symbolic sizes]."""
+    tensors = (q, k, v)
+    return (all(t.device.type == "cuda" and t.dim() == 4 and t.dtype == q.dtype
+                for t in tensors)
+            and q.dtype in (torch.float32, torch.float16, torch.bfloat16)
+            and attn_mask is None
+            and all(isinstance(t.shape[-1], int) and t.shape[-1] % 8 == 0
+                    and t.shape[-1] <= 128 for t in tensors)
+            and not (torch.is_grad_enabled() and any(t.requires_grad for t in tensors)))
+# --8<-- [end:library-attention]
+
+
 def scaled_dot_product_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                                  attn_mask: torch.Tensor | None = None,
                                  dropout_p: float = 0.0, is_causal: bool = False,
@@ -84,6 +116,9 @@ def scaled_dot_product_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tens
     head = q.shape[-1]
     if dropout_p != 0.0 or enable_gqa or (scale is None and not isinstance(head, int)):
         return NotImplemented
+    if library_attention_applies(q, k, v, attn_mask):
+        return torch.ops.aten._scaled_dot_product_efficient_attention(
+            q, k, v, None, False, 0.0, is_causal, scale=scale)[0]
     scale = 1.0 / math.sqrt(head) if scale is None else scale
     scores = matmul(q, k.transpose(-2, -1)) * scale
     if is_causal:  # position i sees keys 0..i, as torch's lower-triangular mask

@@ -359,6 +359,16 @@ class _LoadOnly:
         return lambda *args, **kwargs: None
 
 
+def view_index(index: Any, symbols: Sequence[Any], ranges: Sequence[Expr]) -> Expr:
+    """``index`` without the ``//`` and ``%`` that cannot change its value while each loop
+    symbol stays in its range: a reshape's index over symbolic sizes, ``32*s0*(v0 // s0) +
+    32*(v0 % s0)``, is ``32*v0``, a stride (the scheduler's ``simplify_index``)."""
+    from inductor.scheduler import simplify_index  # the scheduler imports this module
+
+    return simplify_index(sympy.sympify(index), {s: r for s, r in zip(symbols, ranges)
+                                                 if isinstance(s, sympy.Symbol)})
+
+
 # --8<-- [start:as-view]
 def as_view(value: IRNode, buffers: dict[str, Buffer]) -> ReinterpretView | None:
     """``value`` as a strided view of a buffer, if its body is one load at an index that is
@@ -379,7 +389,7 @@ def as_view(value: IRNode, buffers: dict[str, Buffer]) -> ReinterpretView | None
         loaded = value.inner_fn(symbols)
     if not isinstance(loaded, tuple) or loaded[0] not in buffers:
         return None
-    base, index = buffers[loaded[0]], sympy.expand(sympy.sympify(loaded[1]))
+    base, index = buffers[loaded[0]], sympy.expand(view_index(loaded[1], symbols, value.ranges))
     if base.get_dtype() != value.dtype or is_indirect(index):
         return None
     strides = [sympy.sympify(index.coeff(s)) if isinstance(s, sympy.Symbol)
@@ -387,8 +397,8 @@ def as_view(value: IRNode, buffers: dict[str, Buffer]) -> ReinterpretView | None
     zero = {s: sympy.Integer(0) for s in symbols if isinstance(s, sympy.Symbol)}
     offset = sympy.sympify(index.xreplace(zero))
     linear = sympy.expand(offset + sum(st * s for st, s in zip(strides, symbols)))
-    if sympy.expand(linear - index) != 0 or not all(
-            st.is_Integer and st >= 0 for st in [*strides, offset]):
+    if sympy.expand(linear - index) != 0 or not all(  # sizes may be symbols: 64 * s0
+            st.is_integer and st.is_nonnegative for st in [*strides, offset]):
         return None
     layout = FixedLayout(value.device, value.dtype, list(value.ranges), strides)
     return ReinterpretView(base.name, layout, base, offset)

@@ -79,25 +79,43 @@ def space_ranges(space: Space) -> dict[sympy.Symbol, sympy.Expr]:
 
 
 def _upper_bound(expr: sympy.Expr, ranges: dict[sympy.Symbol, sympy.Expr]) -> sympy.Expr | None:
-    """The largest value of ``expr`` over the loops, if it is a sum of loop symbols with
-    non-negative coefficients plus a non-negative constant; else None. Coefficients may be
-    expressions of size symbols (dynamic shapes: ``512*s1*i0``), which are positive."""
-    expr = sympy.expand(expr)
-    loops = {s for s in expr.free_symbols if not is_size_symbol(s)}
-    if not loops <= ranges.keys():
-        return None
-    coeffs = {sym: expr.coeff(sym) for sym in loops}
-    rest = sympy.expand(expr - sum(c * sym for sym, c in coeffs.items()))
-    if not all(_nonnegative_size(c, loops) for c in [rest, *coeffs.values()]):
-        return None
-    return rest + sum(c * (ranges[sym] - 1) for sym, c in coeffs.items())
+    """The largest value ``expr`` can take inside the loops (or more, never less), if it is a
+    sum of non-negative terms; else None. A term is a non-negative coefficient, which may be
+    an expression of size symbols (dynamic shapes: ``512*s1*i0``, and sizes are positive),
+    times at most one of: a loop symbol, ``a % m`` (below ``m``), ``a // d`` (at most the
+    bound of ``a`` over ``d``)."""
+    total = sympy.Integer(0)
+    for term in sympy.Add.make_args(sympy.expand(expr)):
+        coeff, rest = sympy.Integer(1), []
+        for factor in sympy.Mul.make_args(term):
+            if factor.is_number or (factor.free_symbols and all(
+                    is_size_symbol(s) for s in factor.free_symbols)):
+                coeff *= factor
+            else:
+                rest.append(factor)
+        if coeff.is_nonnegative is not True or len(rest) > 1:
+            return None
+        bound = _factor_bound(rest[0], ranges) if rest else sympy.Integer(1)
+        if bound is None:
+            return None
+        total += coeff * bound
+    return total
 
 
-def _nonnegative_size(c: sympy.Expr, loops: set) -> bool:
-    """A non-negative integer, or a product of size symbols and one (no loop symbol)."""
-    if c.is_Integer:
-        return c >= 0
-    return not (c.free_symbols & loops) and c.is_nonnegative is True
+def _factor_bound(factor: sympy.Expr, ranges: dict[sympy.Symbol, sympy.Expr]) -> sympy.Expr | None:
+    """``_upper_bound`` of one loop-dependent factor of a term."""
+    if factor in ranges:
+        return ranges[factor] - 1
+    if isinstance(factor, (sympy.Mod, FloorDiv)):
+        a, m = factor.args
+        if m.free_symbols - {s for s in m.free_symbols if is_size_symbol(s)} or \
+                m.is_positive is not True:
+            return None
+        inner = _upper_bound(a, ranges)  # None also when ``a`` may be negative
+        if inner is None:
+            return None
+        return m - 1 if isinstance(factor, sympy.Mod) else inner / m
+    return None
 
 
 def _below(upper: sympy.Expr, bound: sympy.Expr) -> bool:
