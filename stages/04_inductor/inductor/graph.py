@@ -33,12 +33,14 @@ from inductor.ir import (
     FlexibleLayout,
     InputBuffer,
     IRNode,
+    Layout,
     Pointwise,
     Reduction,
     Scatter,
     ScatterBuffer,
     SizeArg,
     as_view,
+    dense_strides,
     index_vars,
     sympify_all,
     sympify_size,
@@ -82,12 +84,12 @@ class GraphLowering(torch.fx.Interpreter):
         self.buffer_count += 1
         return f"buf{self.buffer_count - 1}"
 
-    def realize(self, value: Any) -> Any:
-        """Give a Pointwise or Reduction value memory of its own; buffers and non-IR values
-        pass through."""
+    def realize(self, value: Any, layout: Layout | None = None) -> Any:
+        """Give a Pointwise or Reduction value memory of its own (row-major unless ``layout``
+        says otherwise); buffers and non-IR values pass through."""
         if not isinstance(value, (Pointwise, Reduction)):
             return value
-        layout = FlexibleLayout(value.device, value.dtype, value.ranges)
+        layout = layout or FlexibleLayout(value.device, value.dtype, value.ranges)
         buffer = self.register(ComputedBuffer(self.new_name(), layout, value))
         self.operations.append(buffer)
         root = self.produced_by.get(id(value), self.current_node)
@@ -110,11 +112,31 @@ class GraphLowering(torch.fx.Interpreter):
             self.node_order = {node: i for i, node in enumerate(self.module.graph.nodes)}
         return sorted(seen, key=self.node_order.__getitem__)
 
-    def realize_or_view(self, value: Any) -> Any:
+    def realize_or_view(self, value: Any, traced: Any = None) -> Any:
         """A library call's argument: a strided view of an existing buffer if ``value`` is
-        one (no copy; [Note: views into library calls]), else realized."""
+        one (no copy; [Note: views into library calls]), else realized, with the strides
+        the traced argument had ([Note: a library call's strides])."""
         view = as_view(value, self.buffer_by_name) if isinstance(value, Pointwise) else None
-        return view if view is not None else self.realize(value)
+        if view is not None:
+            return view
+        val = traced.meta.get("val") if isinstance(traced, torch.fx.Node) else None
+        if isinstance(value, (Pointwise, Reduction)) and isinstance(val, torch.Tensor) \
+                and dense_strides(val):
+            return self.realize(value, FixedLayout(value.device, value.dtype,
+                                                   list(value.ranges),
+                                                   sympify_all(val.stride())))
+        return self.realize(value)
+
+    def library_args(self, args: Any, kwargs: Any) -> tuple[Any, Any]:
+        """``realize_or_view`` over a library call's arguments, each beside the traced node
+        it came from (a structure that does not line up goes without)."""
+        tree_map, node = torch.utils._pytree.tree_map, self.current_node
+        try:
+            return (tree_map(self.realize_or_view, tuple(args), tuple(node.args)),
+                    {k: tree_map(self.realize_or_view, v, node.kwargs[k])
+                     for k, v in kwargs.items()})
+        except (AttributeError, KeyError, ValueError, TypeError):
+            return tree_map(self.realize_or_view, args), tree_map(self.realize_or_view, kwargs)
 
     def run_node(self, n: torch.fx.Node) -> Any:
         self.current_node = n
@@ -179,8 +201,7 @@ class GraphLowering(torch.fx.Interpreter):
 
     def fallback(self, target: Any, args: Any, kwargs: Any) -> Any:
         """Run ``target`` as a library call on realized inputs: correct for any op."""
-        args = torch.utils._pytree.tree_map(self.realize_or_view, args)
-        kwargs = torch.utils._pytree.tree_map(self.realize_or_view, kwargs)
+        args, kwargs = self.library_args(args, kwargs)
         val = self.current_node.meta.get("val") if self.current_node is not None else None
         if val is None:
             val = target(*to_meta(args), **to_meta(kwargs))

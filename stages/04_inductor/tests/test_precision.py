@@ -144,6 +144,28 @@ def test_persistent_reduction_reads_its_row_again_after_the_last_reduction():
     assert body.count("tl.load(in_ptr0") == 3 and "tl.load(in_ptr0 + ((1024*x0)), xmask)" in body
 
 
+@pytest.mark.parametrize("fn", ["layer_norm", "rms_norm"])
+def test_bfloat16_row_is_loaded_once_and_widened_again(fn):
+    """bfloat16 rows are the exception to the reload: one load, and after the last reduction
+    the loaded bits widened by a shift, a text the compiler cannot merge with the first
+    conversion. Values equal eager's (the widening is exact), inf/NaN/-0.0 included."""
+    torch.manual_seed(4)
+    x = torch.randn(64, 1024)
+    x[3, 5], x[7, 0], x[9, 9], x[11, 1] = float("inf"), float("nan"), -0.0, -1e30
+    x = to_target([x.bfloat16()], "triton")[0]
+    w, b = to_target([torch.randn(1024).bfloat16(), torch.randn(1024).bfloat16()], "triton")
+    op = (lambda a: F.layer_norm(a, (1024,), w, b)) if fn == "layer_norm" else \
+        (lambda a: (a.float() * torch.rsqrt(a.float().pow(2).mean(-1, keepdim=True) + 1e-6))
+         .bfloat16() * w)
+    compiled = driver.compile(op, options={"target": "triton"})
+    torch.testing.assert_close(compiled(x).float(), op(x).float(), rtol=2e-2, atol=2e-2,
+                               equal_nan=True)
+    body = kernel_body(kernel_source(compiled))
+    assert "triton_per" in body and "evict_first" not in body
+    assert body.count("tl.load(in_ptr0 + ((r0 + (1024*x0)))") == 1
+    assert "<< 16).to(tl.float32, bitcast=True)" in body.split("tl.reduce")[-1]
+
+
 @pytest.mark.parametrize("outlier", [0.0, 6.0e4])
 def test_16_bit_layer_norm_makes_one_pass_and_a_second_for_an_outlier_first(outlier):
     """16-bit outputs: one reduction of pairs around the row's first value. An outlier

@@ -33,6 +33,15 @@ That took float32 rmsnorm from 97% to 101% and bfloat16 rmsnorm from 92% to 96%.
 torch.compile's reductions read twice in the same way. The reload costs nothing to print:
 a load's text names its policy, so the common subexpression table sees a new expression
 and emits a new load.
+
+A bfloat16 row is the exception: it is loaded once and its 16-bit values stay in registers
+(half the registers of the float32 ones), widened a second time after the last reduction by
+a shift (``widen_bfloat16``): no second read from L2, and the compiler, which cannot see
+that the shift equals the first conversion, keeps the narrow values rather than the wide
+ones across the reductions. Layer norm of 8192 x 8192 bfloat16 went from 92.9% to 94.6% of
+copy bandwidth (three interleaved runs of each kernel; 52 registers against 63). A float16
+has no such shortcut: its conversion is arithmetic, and a second ``.to(tl.float32)`` is the
+same text, which would keep the float32 values live (84.7%); it reloads.
 """
 
 from __future__ import annotations
@@ -153,6 +162,14 @@ def reduce_tile(reduction_type: str, dtype: torch.dtype, tile: str) -> str:
     return f"tl.reduce({tile}, 1, {helper})[:, None]"
 
 
+
+def widen_bfloat16(raw: CSEVariable) -> str:
+    """A loaded bfloat16 value as float32, spelled with integer ops: a bfloat16 is the top
+    half of a float32, so its 16 bits shifted left are the float32. The same value as
+    ``.to(tl.float32)``, but a text (and an instruction) the compiler cannot merge with that
+    one, so the 16-bit ``raw`` is what stays in registers. [Note: reloading a row]"""
+    return f"({raw}.to(tl.uint16, bitcast=True).to(tl.uint32) << 16).to(tl.float32, bitcast=True)"
+
 class TritonReductionKernel(TritonKernel):
     """Prints a fused group with reductions as a persistent or looped 2-D kernel."""
 
@@ -180,6 +197,10 @@ class TritonReductionKernel(TritonKernel):
         expr = super().load_expr(arg, index, dtype, mask)
         if self.reloading is None or "rmask" not in mask:  # looped, or one value a row
             return expr
+        if dtype == torch.bfloat16 and "xmask" in mask:  # a bfloat16 row: keep its bits
+            raw = self.new_var(f"tl.load({arg} + ({index}), {mask}, "
+                               "eviction_policy='evict_last')", dtype)
+            return widen_bfloat16(raw) if self.reloading else f"{raw}.to(tl.float32)"
         policy = "evict_last"  # rows, and vectors every row reads (a weight): keep in L2
         if self.reloading and "xmask" in mask:  # a row's last read; a new text, a new load
             policy = "evict_first"
@@ -286,7 +307,9 @@ class TritonReductionKernel(TritonKernel):
         only then: [Note: welford]."""
         dtype = value.dtype
         total, squares, again = self.fresh(dtype), self.fresh(dtype), self.fresh(dtype)
-        lost = f"{m2} < {squares} * (1.0 / 1024)"  # NaN compares false: no second pass
+        # NaN fails the test too: a sum of squares past float32's range (inf - inf) gets
+        # the second pass, as does a row holding NaN (whose result is NaN either way)
+        lost = f"~({m2} >= {squares} * (1.0 / 1024))"
         self.lines += [
             f"{total}, {squares} = tl.reduce(({spread}, {spread} * {spread}), 1, add_pairs)",
             f"{total} = {total}[:, None]",
