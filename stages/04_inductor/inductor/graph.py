@@ -40,8 +40,8 @@ from inductor.ir import (
     ScatterBuffer,
     SizeArg,
     as_view,
-    dense_strides,
     index_vars,
+    padded_rows_layout,
     sympify_all,
     sympify_size,
 )
@@ -57,6 +57,22 @@ def is_cheap(value: Pointwise) -> bool:
     with V.set_ops_handler(handler):
         value.inner_fn(index_vars(value.ranges))
     return len(handler.reads) <= 1 and handler.op_count <= 1
+
+
+def _aligned_args() -> dict[Any, int]:
+    """Library ops and the position of the argument whose strides they want aligned:
+    memory-efficient attention's mask, forward and backward ([Note: a library call's
+    strides])."""
+    aten = torch.ops.aten
+    found = {}
+    for name, position in [("_scaled_dot_product_efficient_attention", 3),
+                           ("_scaled_dot_product_efficient_attention_backward", 4)]:
+        if hasattr(aten, name):
+            found[getattr(aten, name).default] = position
+    return found
+
+
+ALIGNED_ARGS = _aligned_args()
 
 
 class GraphLowering(torch.fx.Interpreter):
@@ -112,31 +128,23 @@ class GraphLowering(torch.fx.Interpreter):
             self.node_order = {node: i for i, node in enumerate(self.module.graph.nodes)}
         return sorted(seen, key=self.node_order.__getitem__)
 
-    def realize_or_view(self, value: Any, traced: Any = None) -> Any:
+    def realize_or_view(self, value: Any) -> Any:
         """A library call's argument: a strided view of an existing buffer if ``value`` is
-        one (no copy; [Note: views into library calls]), else realized, with the strides
-        the traced argument had ([Note: a library call's strides])."""
+        one (no copy; [Note: views into library calls]), else realized."""
         view = as_view(value, self.buffer_by_name) if isinstance(value, Pointwise) else None
-        if view is not None:
-            return view
-        val = traced.meta.get("val") if isinstance(traced, torch.fx.Node) else None
-        if isinstance(value, (Pointwise, Reduction)) and isinstance(val, torch.Tensor) \
-                and dense_strides(val):
-            return self.realize(value, FixedLayout(value.device, value.dtype,
-                                                   list(value.ranges),
-                                                   sympify_all(val.stride())))
-        return self.realize(value)
+        return view if view is not None else self.realize(value)
 
-    def library_args(self, args: Any, kwargs: Any) -> tuple[Any, Any]:
-        """``realize_or_view`` over a library call's arguments, each beside the traced node
-        it came from (a structure that does not line up goes without)."""
-        tree_map, node = torch.utils._pytree.tree_map, self.current_node
-        try:
-            return (tree_map(self.realize_or_view, tuple(args), tuple(node.args)),
-                    {k: tree_map(self.realize_or_view, v, node.kwargs[k])
-                     for k, v in kwargs.items()})
-        except (AttributeError, KeyError, ValueError, TypeError):
-            return tree_map(self.realize_or_view, args), tree_map(self.realize_or_view, kwargs)
+    def library_args(self, target: Any, args: Any, kwargs: Any) -> tuple[Any, Any]:
+        """``realize_or_view`` over a library call's arguments; an argument the call wants
+        aligned gets padded rows if inductor computes it ([Note: a library call's
+        strides])."""
+        aligned = ALIGNED_ARGS.get(target)
+        if aligned is not None and aligned < len(args) and isinstance(
+                args[aligned], (Pointwise, Reduction)):
+            args = list(args)
+            args[aligned] = self.realize(args[aligned], padded_rows_layout(args[aligned]))
+        tree_map = torch.utils._pytree.tree_map
+        return tree_map(self.realize_or_view, args), tree_map(self.realize_or_view, kwargs)
 
     def run_node(self, n: torch.fx.Node) -> Any:
         self.current_node = n
@@ -201,7 +209,7 @@ class GraphLowering(torch.fx.Interpreter):
 
     def fallback(self, target: Any, args: Any, kwargs: Any) -> Any:
         """Run ``target`` as a library call on realized inputs: correct for any op."""
-        args, kwargs = self.library_args(args, kwargs)
+        args, kwargs = self.library_args(target, args, kwargs)
         val = self.current_node.meta.get("val") if self.current_node is not None else None
         if val is None:
             val = target(*to_meta(args), **to_meta(kwargs))

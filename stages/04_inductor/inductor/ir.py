@@ -406,33 +406,27 @@ def as_view(value: IRNode, buffers: dict[str, Buffer]) -> ReinterpretView | None
 # --8<-- [end:as-view]
 
 
-def dense_strides(t: torch.Tensor) -> bool:
-    """Whether a library call's traced argument has strides worth keeping when inductor
-    computes that argument: not row-major, yet every element at its own address (no
-    expanded dim). Only integer strides are judged. [Note: a library call's strides]
+def padded_rows_layout(value: IRNode, align_bytes: int = 16) -> FixedLayout:
+    """Row-major strides for ``value`` with its rows (last dim) padded to a multiple of
+    ``align_bytes``: every stride but the last is then a multiple of it.
 
     [Note: a library call's strides]
     A library call may care about more than the values of its arguments. Memory-efficient
-    attention wants every stride of its mask but the last to be a multiple of 16 bytes, so
-    ATen pads a (5, 5) mask to (5, 8) and slices it back before the call; the traced graph
-    says so with the slice's strides, (8, 1). Inductor computes the mask itself (the pad and
-    the slice fuse into one loop), and a row-major buffer of it would have strides (5, 1),
-    which the kernel rejects. So a computed argument is stored with the strides the traced
-    one had whenever they are not row-major; for most calls (``mm`` of a transposed operand)
-    that is only the order eager would have written it in.
+    attention wants every stride of its mask but the last to be a multiple of 16 bytes. Eager
+    meets that by padding: ATen pads a (5, 5) mask to (5, 8) and slices it back, and expands
+    it over batch and heads with stride 0. In the traced graph those are ops like any other,
+    and inductor computes the mask in one loop; a row-major buffer of it, strides (75, 25, 5,
+    1) for (2, 3, 5, 5), is rejected by the kernel. So where a library call names such an
+    argument (``ALIGNED_ARGS`` in graph.py), a computed one is stored with padded rows:
+    strides (120, 40, 8, 1).
     """
-    sizes, strides = sympify_all(t.shape), sympify_all(t.stride())
-    if not all(isinstance(v, sympy.Integer) for v in [*sizes, *strides]):
-        return False
-    if all(sz == 1 or st == c for sz, st, c in zip(sizes, strides, contiguous_strides(sizes))):
-        return False  # row-major already
-    dims = sorted((int(st), int(sz)) for sz, st in zip(sizes, strides) if sz != 1)
-    expected = 1
-    for stride, size in dims:
-        if stride < expected:  # 0 (an expand), or overlapping an inner dim
-            return False
-        expected = stride * size
-    return True
+    size = [sympy.sympify(s) for s in value.get_size()]
+    per_row = max(1, align_bytes // torch.empty((), dtype=value.get_dtype()).element_size())
+    stride, strides = sympy.Integer(1), []
+    for i, n in enumerate(reversed(size)):
+        strides.append(stride)
+        stride *= FloorDiv(n + per_row - 1, per_row) * per_row if i == 0 else n
+    return FixedLayout(value.get_device(), value.get_dtype(), size, strides[::-1])
 
 
 @dataclasses.dataclass

@@ -1,0 +1,53 @@
+"""[Note: a library call's strides]: an argument a library call wants aligned is stored
+with padded rows when inductor computes it.
+
+Memory-efficient attention (CUDA only) is the call that needs it; here a custom op that
+reports the strides it was handed stands in for it, registered in ``ALIGNED_ARGS`` the same
+way. Eager is the oracle for the values; the strides are the padded ones.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import driver
+import pytest
+import torch
+from inductor_testing import device_for
+
+graph_module = importlib.import_module("inductor.graph")
+
+
+@torch.library.custom_op("minipt2_test::strides_and_sum", mutates_args=())
+def strides_and_sum(x: torch.Tensor) -> torch.Tensor:
+    """The strides of ``x`` and the sum of its values (float64), to see both."""
+    return torch.tensor([*x.stride(), x.double().sum().item()], dtype=torch.float64)
+
+
+@strides_and_sum.register_fake
+def _(x):
+    return torch.empty(x.dim() + 1, dtype=torch.float64, device=x.device)
+
+
+@pytest.mark.parametrize("target", ["cpp", "triton"])
+@pytest.mark.parametrize("dtype,row", [(torch.float32, 8), (torch.bfloat16, 8),
+                                       (torch.float64, 6)])
+def test_computed_argument_gets_padded_rows(monkeypatch, target, dtype, row):
+    op = torch.ops.minipt2_test.strides_and_sum.default
+    monkeypatch.setitem(graph_module.ALIGNED_ARGS, op, 0)
+    a = torch.randn(3, 5, device=device_for(target)).to(dtype)
+    if dtype == torch.float64:  # 2 float64 per 16 bytes: rows of 5 pad to 6
+        a = torch.randn(3, 5, device=device_for(target), dtype=dtype)
+
+    def fn(a):
+        return torch.ops.minipt2_test.strides_and_sum((a + 1).expand(4, 3, 5))
+
+    compiled = driver.compile(fn, options={"target": target})
+    got, want = compiled(a), fn(a)
+    assert got[:3].tolist() == [3 * row, row, 1]  # eager's expand: (0, 5, 1)
+    torch.testing.assert_close(got[3], want[3])
+
+
+def test_attention_mask_is_an_aligned_argument():
+    names = {str(op) for op in graph_module.ALIGNED_ARGS}
+    assert "aten._scaled_dot_product_efficient_attention.default" in names
