@@ -121,6 +121,9 @@ def test_gpt_decode_compiles_at_most_twice(backend, target):
         # symbolic sizes]); on the CPU it is the math path, fused by inductor
         fused = "_scaled_dot_product_efficient_attention" in wrapper
         assert fused == (DEVICE == "cuda"), wrapper
+        # the static graph too: a short sequence ([Note: short attention])
+        static = compiled.graphs[0].artifacts["wrapper"]
+        assert ("_scaled_dot_product_efficient_attention" in static) == (DEVICE == "cuda")
 
 
 @pytest.mark.skipif(DEVICE != "cuda", reason="library attention is a CUDA kernel")

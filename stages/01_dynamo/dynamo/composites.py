@@ -145,13 +145,46 @@ OVERRIDES = {
 }
 
 
+SHORT_SEQUENCE = 256
+
+
+def short_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                    attn_mask: torch.Tensor | None = None, dropout_p: float = 0.0,
+                    is_causal: bool = False, scale: float | None = None,
+                    enable_gqa: bool = False) -> Any:
+    """Static sizes: the library attention of [Note: library attention with symbolic
+    sizes] for sequences of at most ``SHORT_SEQUENCE``, else ATen's own choice
+    (NotImplemented). [Note: short attention]"""
+    short = all(isinstance(n, int) and n <= SHORT_SEQUENCE for n in (q.shape[-2], k.shape[-2]))
+    if not short or dropout_p != 0.0 or enable_gqa or not library_attention_applies(
+            q, k, v, attn_mask):
+        return NotImplemented
+    return torch.ops.aten._scaled_dot_product_efficient_attention(
+        q, k, v, None, False, 0.0, is_causal, scale=scale)[0]
+
+
+# [Note: short attention]
+# With static sizes ATen picks the attention kernel itself, and for bfloat16 on an H200 it
+# picks cuDNN's. For a decoding step at length 4 that choice made our static graph (the first
+# length compiles static) 0.88x eager while the symbolic graph, which calls memory-efficient
+# attention, ran 1.07-1.14x at every other length: a step that short is bound by the host,
+# and cuDNN's call costs the host more than the memory-efficient kernel's. So a static trace
+# that wants no gradient also takes the memory-efficient kernel for sequences of at most 256,
+# where the kernels' GPU times are a few microseconds apart; longer ones keep ATen's choice.
+STATIC_OVERRIDES = {"scaled_dot_product_attention": short_attention}
+
+
 class SymbolicComposites(TorchFunctionMode):
     """Routes the composite ops of ``OVERRIDES`` to their Python versions. Enter it only
     while tracing with symbolic sizes ([Note: composite ops and symbolic sizes])."""
 
+    def __init__(self, overrides: dict | None = None) -> None:
+        super().__init__()
+        self.overrides = OVERRIDES if overrides is None else overrides
+
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        override = OVERRIDES.get(getattr(func, "__name__", None))
+        override = self.overrides.get(getattr(func, "__name__", None))
         if override is not None and "out" not in kwargs:  # ``out=``: leave it to ATen
             try:
                 out = override(*args, **kwargs)

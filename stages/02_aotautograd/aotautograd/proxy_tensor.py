@@ -32,7 +32,7 @@ import sympy
 import torch
 import torch.fx as fx
 import torch.utils._pytree as pytree
-from dynamo.composites import SymbolicComposites
+from dynamo.composites import STATIC_OVERRIDES, SymbolicComposites
 from dynamo.shapes import FloorDiv, ShapeEnv
 from dynamo.sym_node import SymNode, has_symbolic_sizes
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
@@ -426,7 +426,9 @@ def tracing(tracer: Tracer, inputs: Sequence[object]) -> Iterator[None]:
     the composite ops that ATen's C++ would run above the mode ([Note: composite ops and
     symbolic sizes] in dynamo/composites.py)."""
     symbolic = any(isinstance(x, torch.Tensor) and has_symbolic_sizes(x) for x in inputs)
-    with TracingMode(tracer), SymbolicComposites() if symbolic else contextlib.nullcontext():
+    # static sizes: only short attention ([Note: short attention] in dynamo/composites.py)
+    composites = SymbolicComposites() if symbolic else SymbolicComposites(STATIC_OVERRIDES)
+    with TracingMode(tracer), composites:
         yield
 
 

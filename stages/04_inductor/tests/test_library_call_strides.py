@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import importlib
 
-import driver
 import pytest
 import torch
 from inductor_testing import device_for
+
+import driver
 
 graph_module = importlib.import_module("inductor.graph")
 
