@@ -30,12 +30,12 @@ symbolic sizes").
 # ``_scaled_dot_product_efficient_attention``, whose meta function (Python, in torch) copes
 # with symbolic sizes because it only builds empty tensors. It reads q, k and v through their
 # strides (the head split of ``qkv`` stays a view) and writes its output already in the
-# (B, L, H, D) order the model transposes back to. We ask for it only where every release we
-# support runs it: the three float dtypes, head sizes that are a multiple of 8 up to 128, no
-# mask beyond ``is_causal``. Training keeps the math path: the kernel's backward needs the
-# log-sum-exp, whose meta size (rounded up to 32 rows) takes arithmetic on a symbol that we
-# have not taught our SymInts; CPU tensors keep it too (ATen's CPU flash kernel decomposes
-# to the same math in primtorch).
+# (B, L, H, D) order the model transposes back to. We ask for it only in the cases tested on
+# the H200 with PyTorch 2.11: the three float dtypes, head sizes that are a multiple of 8 up
+# to 128, no mask beyond ``is_causal``. Training keeps the math path: the kernel's backward
+# needs the log-sum-exp, whose meta size rounds the length up to 32 rows, and we have not
+# tried that arithmetic on our SymInts. CPU tensors keep it too (ATen's CPU flash kernel
+# decomposes to the same math in primtorch).
 """
 
 from __future__ import annotations
@@ -105,6 +105,14 @@ def library_attention_applies(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
 # --8<-- [end:library-attention]
 
 
+def efficient_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool,
+                        scale: float | None) -> torch.Tensor:
+    """ATen's memory-efficient attention kernel, its output only (no log-sum-exp, no
+    dropout)."""
+    return torch.ops.aten._scaled_dot_product_efficient_attention(
+        q, k, v, None, False, 0.0, is_causal, scale=scale)[0]
+
+
 def scaled_dot_product_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                                  attn_mask: torch.Tensor | None = None,
                                  dropout_p: float = 0.0, is_causal: bool = False,
@@ -117,8 +125,7 @@ def scaled_dot_product_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tens
     if dropout_p != 0.0 or enable_gqa or (scale is None and not isinstance(head, int)):
         return NotImplemented
     if library_attention_applies(q, k, v, attn_mask):
-        return torch.ops.aten._scaled_dot_product_efficient_attention(
-            q, k, v, None, False, 0.0, is_causal, scale=scale)[0]
+        return efficient_attention(q, k, v, is_causal, scale)
     scale = 1.0 / math.sqrt(head) if scale is None else scale
     scores = matmul(q, k.transpose(-2, -1)) * scale
     if is_causal:  # position i sees keys 0..i, as torch's lower-triangular mask
@@ -159,18 +166,18 @@ def short_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     if not short or dropout_p != 0.0 or enable_gqa or not library_attention_applies(
             q, k, v, attn_mask):
         return NotImplemented
-    return torch.ops.aten._scaled_dot_product_efficient_attention(
-        q, k, v, None, False, 0.0, is_causal, scale=scale)[0]
+    return efficient_attention(q, k, v, is_causal, scale)
 
 
 # [Note: short attention]
 # With static sizes ATen picks the attention kernel itself, and for bfloat16 on an H200 it
 # picks cuDNN's. For a decoding step at length 4 that choice made our static graph (the first
 # length compiles static) 0.88x eager while the symbolic graph, which calls memory-efficient
-# attention, ran 1.07-1.14x at every other length: a step that short is bound by the host,
-# and cuDNN's call costs the host more than the memory-efficient kernel's. So a static trace
-# that wants no gradient also takes the memory-efficient kernel for sequences of at most 256,
-# where the kernels' GPU times are a few microseconds apart; longer ones keep ATen's choice.
+# attention, ran 1.07-1.14x at every other length. A step that short is bound by the host, so
+# we take it that cuDNN's call costs the host more (we did not time the two calls alone). A
+# static trace that wants no gradient now also takes the memory-efficient kernel for
+# sequences of at most 256, and the length-4 step ran 1.13x eager; longer sequences
+# (gpt_infer's 1024, where the GPU time of the kernel matters) keep ATen's choice.
 STATIC_OVERRIDES = {"scaled_dot_product_attention": short_attention}
 
 

@@ -162,13 +162,13 @@ def reduce_tile(reduction_type: str, dtype: torch.dtype, tile: str) -> str:
     return f"tl.reduce({tile}, 1, {helper})[:, None]"
 
 
-
 def widen_bfloat16(raw: CSEVariable) -> str:
     """A loaded bfloat16 value as float32, spelled with integer ops: a bfloat16 is the top
     half of a float32, so its 16 bits shifted left are the float32. The same value as
     ``.to(tl.float32)``, but a text (and an instruction) the compiler cannot merge with that
     one, so the 16-bit ``raw`` is what stays in registers. [Note: reloading a row]"""
     return f"({raw}.to(tl.uint16, bitcast=True).to(tl.uint32) << 16).to(tl.float32, bitcast=True)"
+
 
 class TritonReductionKernel(TritonKernel):
     """Prints a fused group with reductions as a persistent or looped 2-D kernel."""
