@@ -69,3 +69,26 @@ def test_float64_keeps_double_precision(name):
     assert "_fp32(" not in source
     (got,) = compiled(x)
     torch.testing.assert_close(got.cpu(), getattr(torch, name)(x.cpu()), rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("case", ["normal", "wide", "near_multiples", "specials"])
+@pytest.mark.parametrize("name", ["sin", "cos"])
+def test_narrow_polynomial_where_the_kernel_stores_bfloat16(name, case):
+    """A kernel whose stores are all bfloat16 takes the degree-7 sin (``NARROW``), one that
+    stores float32 keeps degree 9; the bfloat16 results round to float64's own rounding
+    except for the rare element within 2e-6 of a rounding boundary, and never by more than
+    one step."""
+    x32 = inputs()[case]
+    x = to_target([x32.bfloat16()], "triton")[0]
+    compiled, source = compile_unary(name, x)
+    assert f"sin_fast(tmp0, {name == 'cos'}, True)" in source
+    (got,) = compiled(x)
+    want = getattr(torch, name)(x.cpu().double()).bfloat16()
+    got = got.cpu()
+    nan = got.isnan() & want.isnan()
+    differ = (got != want) & ~nan
+    assert differ.float().mean() < 2e-3
+    step = (want.double().abs() * 2.0 ** -7).clamp(min=1e-30)  # a bfloat16 step or less
+    assert ((got.double() - want.double()).abs()[~nan] <= step[~nan]).all()
+    _, wide_source = compile_unary(name, to_target([x32], "triton")[0])
+    assert f"sin_fast(tmp0, {name == 'cos'}, False)" in wide_source

@@ -262,7 +262,8 @@ class TritonKernel(Kernel):
         if not self.FAST_SIN or x.dtype == torch.float64:
             return self._math_helper(op, "sin_cos", f"sin_fp32({{0}}, {cos})", x)
         self.sin_args.append(x)
-        return self._math_helper(op, "sin_cos", f"sin_fast({{0}}, {cos})", x)
+        narrow = self.narrow_outputs()  # a shorter polynomial: [Note: our own sin and erf]
+        return self._math_helper(op, "sin_cos", f"sin_fast({{0}}, {cos}, {narrow})", x)
 
     def far_sin_check(self) -> list[str]:
         """Lines that end the kernel: if any sin/cos argument of the block is beyond 2**16
