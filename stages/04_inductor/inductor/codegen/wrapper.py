@@ -36,6 +36,7 @@ from inductor.sizevars import is_size_symbol, pexpr, size_symbols
 PRELUDE = '''import torch
 
 empty_strided = torch.empty_strided
+linear = torch.nn.functional.linear
 
 
 def grid(xnumel, ynumel=1):
@@ -61,6 +62,27 @@ def as_layout(t, size, stride):
     out.copy_(t)
     return out
 '''
+
+
+# [Note: linear]
+# A Linear layer reaches the wrapper as ``mm(x, w.t())``, its weight a view of a graph input
+# (``reinterpret(arg5, (768, 2304), (1, 768), 0)``): one ``as_strided`` from Python per matrix
+# multiply, about 3 us of host time each, 48 in every GPT-2 decode step. ``linear(x, w)``
+# is the same call (aten's linear is ``mm(x, w.t())`` for a 2-D ``x``) with the transpose
+# made in C++. Only for a weight that is exactly the transpose of a whole row-major matrix;
+# any other view keeps ``reinterpret``.
+def transposed_matrix(view: Any) -> str | None:
+    """The name of the row-major 2-D buffer that ``view`` transposes whole, or None."""
+    if not isinstance(view, ReinterpretView) or view.offset != 0:
+        return None
+    base, layout = view.base.layout, view.layout
+    if len(base.size) != 2 or len(layout.size) != 2:
+        return None
+    rows, cols = base.size
+    if (list(base.stride) == [cols, 1] and list(layout.size) == [cols, rows]
+            and list(layout.stride) == [1, cols]):
+        return view.name
+    return None
 
 
 class Sizes(tuple):
@@ -161,6 +183,8 @@ class WrapperCodeGen:
 # --8<-- [end:wrapper]
 
     def extern_call(self, kernel: FallbackKernel) -> None:
+        if self.linear_call(kernel):
+            return
         self.constants[kernel.name] = kernel.op
         args = [literal(a, self.constants) for a in kernel.args]
         args += [f"{k}={literal(v, self.constants)}" for k, v in kernel.kwargs.items()
@@ -171,6 +195,24 @@ class WrapperCodeGen:
         for out in kernel.buffers():
             size, stride = _sizes(out.layout.size), _sizes(out.layout.stride)
             self.lines.append(f"    {out.name} = as_layout({out.name}, {size}, {stride})")
+
+    # --8<-- [start:linear]
+    def linear_call(self, kernel: FallbackKernel) -> bool:
+        """``mm(x, w.t())`` with ``w`` a row-major matrix, printed as ``linear(x, w)``: the
+        same cuBLAS call, with the transpose made in C++; see [Note: linear]."""
+        if kernel.op is not torch.ops.aten.mm.default or kernel.kwargs:
+            return False
+        x, view = kernel.args
+        weight = transposed_matrix(view)
+        if weight is None or isinstance(x, ReinterpretView):
+            return False
+        (out,) = kernel.outputs
+        self.lines.append(f"    {out.name} = linear({x.name}, {weight})  # {kernel.op}")
+        size, stride = _sizes(out.layout.size), _sizes(out.layout.stride)
+        if list(out.layout.stride) != [out.layout.size[1], 1]:  # (mm's result is row-major)
+            self.lines.append(f"    {out.name} = as_layout({out.name}, {size}, {stride})")
+        return True
+    # --8<-- [end:linear]
 
     def allocate(self, buffer: ComputedBuffer) -> None:
         """Print the line that gives ``buffer`` memory: a dead buffer of the same layout from
