@@ -39,6 +39,7 @@ from inductor.exc import CompileError
 from inductor.graph import GraphLowering
 from inductor.ir import Buffer, ComputedBuffer
 from inductor.launcher import Launcher
+from inductor.linear import fold_bias_adds
 from inductor.scheduler import FusedGroup, Scheduler
 
 TARGETS = ("triton", "cpp", "fallback")
@@ -133,6 +134,8 @@ def compile_fx_inner(prims_gm: torch.fx.GraphModule, example_inputs: list[Any], 
     artifacts["loop_ir"] = "\n\n".join(op.describe() for op in graph.operations)
     outputs = {o.name for o in graph.graph_outputs if isinstance(o, Buffer)}
     scheduler = Scheduler(graph.operations, outputs, graph.origins)
+    scheduler.groups = fold_bias_adds(scheduler.groups, outputs, scheduler.log,
+                                      graph.buffer_by_name)  # [Note: linear]
     clock.lap("scheduling (fusion)")
     artifacts["fusion"] = "\n".join(_describe_groups(scheduler) + [""] + scheduler.log)
     kernels = generate_kernels(scheduler, graph, target)

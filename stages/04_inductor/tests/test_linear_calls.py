@@ -60,3 +60,81 @@ def test_gradients_through_linear_calls(target):
     for p, r in zip(model.parameters(), ref):
         torch.testing.assert_close(p.grad, r.grad, rtol=1e-4, atol=1e-5)
     assert "= linear(" in wrapper_text(compiled)
+
+
+@pytest.mark.parametrize("target", ["cpp", "triton"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_bias_add_read_only_by_a_library_call_folds_into_linear(target, dtype):
+    """The Linear's sum feeds a matrix multiply, so its bias add fuses into nothing: it
+    becomes linear(x, w, b), and no kernel adds."""
+    torch.manual_seed(3)
+    dev = device_for(target)
+    layer = torch.nn.Linear(16, 24).to(dev, dtype)
+    m = torch.randn(24, 8, device=dev, dtype=dtype)
+    x = torch.randn(2, 5, 16, device=dev, dtype=dtype)
+    fn = lambda a: layer(a) @ m  # noqa: E731
+    compiled = driver.compile(fn, options={"target": target})
+    with torch.no_grad():
+        got, want = compiled(x), fn(x)
+        exact = (x.double() @ layer.weight.double().t() + layer.bias.double()).to(dtype)
+        exact = exact.double() @ m.double()
+    torch.testing.assert_close(got, want, **({} if dtype == torch.float32 else
+                                              {"rtol": 2e-2, "atol": 2e-2}))
+    torch.testing.assert_close(got.double(), exact, rtol=2e-2 if dtype != torch.float32
+                               else 1e-5, atol=2e-2 if dtype != torch.float32 else 1e-5)
+    graph = compiled.graphs[0]
+    text = graph.artifacts["wrapper"].split("def call")[1]
+    assert text.count("linear(") == 1 and "arg1, arg2)  # aten.addmm" in text
+    assert "_add" not in text and "folded into the library call" in graph.artifacts["fusion"]
+
+
+@pytest.mark.parametrize("target", ["cpp", "triton"])
+def test_bias_add_that_fuses_stays_in_its_kernel(target):
+    """A bias add followed by pointwise work fuses with it: linear without the bias, then
+    one kernel that adds, multiplies and adds."""
+    torch.manual_seed(4)
+    dev = device_for(target)
+    layer = torch.nn.Linear(16, 24).to(dev)
+    x = torch.randn(5, 16, device=dev)
+    fn = lambda a: layer(a) * 2 + 1  # noqa: E731
+    compiled = driver.compile(fn, options={"target": target})
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), fn(x))
+    graph = compiled.graphs[0]
+    text = graph.artifacts["wrapper"].split("def call")[1]
+    assert "folded" not in graph.artifacts["fusion"] and "# aten.mm" in text
+    assert text.count("_fused_add_mul") == 1
+
+
+@pytest.mark.parametrize("target", ["cpp", "triton"])
+def test_gradients_through_a_folded_bias(target):
+    torch.manual_seed(5)
+    dev = device_for(target)
+    layer = torch.nn.Linear(16, 24).to(dev)
+    m = torch.randn(24, 8, device=dev, requires_grad=True)
+    ref = [p.detach().clone().requires_grad_() for p in (*layer.parameters(), m)]
+    x = torch.randn(6, 16, device=dev)
+    compiled = driver.compile(lambda a: layer(a) @ m, options={"target": target})
+    compiled(x).square().sum().backward()
+    w, b, mm = ref
+    (torch.nn.functional.linear(x, w, b) @ mm).square().sum().backward()
+    for p, r in zip((*layer.parameters(), m), ref):
+        torch.testing.assert_close(p.grad, r.grad, rtol=1e-4, atol=1e-5)
+    assert any("folded" in g.artifacts["fusion"] for g in compiled.graphs)
+
+
+@pytest.mark.parametrize("target", ["cpp", "triton"])
+def test_folded_bias_of_a_three_dimensional_sum_is_viewed_back(target):
+    """A Linear over (2, 5, 16) whose sum is the graph's output: one linear call, its 2-D
+    result viewed as (2, 5, 24), as eager's own."""
+    torch.manual_seed(6)
+    dev = device_for(target)
+    layer = torch.nn.Linear(16, 24).to(dev)
+    x = torch.randn(2, 5, 16, device=dev)
+    compiled = driver.compile(layer, options={"target": target})
+    with torch.no_grad():
+        got = compiled(x)
+        torch.testing.assert_close(got, layer(x), rtol=0, atol=0)
+    assert got.shape == (2, 5, 24) and got.is_contiguous()
+    text = compiled.graphs[0].artifacts["wrapper"].split("def call")[1]
+    assert ".view((2, 5, 24))" in text and "[grid(" not in text

@@ -29,9 +29,13 @@ from inductor.ir import (
     ReinterpretView,
     ScatterBuffer,
     SizeArg,
+    contiguous_strides,
 )
+from inductor.linear import transposed_matrix
 from inductor.scheduler import ExternNode, FusedGroup
 from inductor.sizevars import is_size_symbol, pexpr, size_symbols
+
+aten = torch.ops.aten
 
 PRELUDE = '''import torch
 
@@ -62,27 +66,6 @@ def as_layout(t, size, stride):
     out.copy_(t)
     return out
 '''
-
-
-# [Note: linear]
-# A Linear layer reaches the wrapper as ``mm(x, w.t())``, its weight a view of a graph input
-# (``reinterpret(arg5, (768, 2304), (1, 768), 0)``): one ``as_strided`` from Python per matrix
-# multiply, about 3 us of host time each, 48 in every GPT-2 decode step. ``linear(x, w)``
-# is the same call (aten's linear is ``mm(x, w.t())`` for a 2-D ``x``) with the transpose
-# made in C++. Only for a weight that is exactly the transpose of a whole row-major matrix;
-# any other view keeps ``reinterpret``.
-def transposed_matrix(view: Any) -> str | None:
-    """The name of the row-major 2-D buffer that ``view`` transposes whole, or None."""
-    if not isinstance(view, ReinterpretView) or view.offset != 0:
-        return None
-    base, layout = view.base.layout, view.layout
-    if len(base.size) != 2 or len(layout.size) != 2:
-        return None
-    rows, cols = base.size
-    if (list(base.stride) == [cols, 1] and list(layout.size) == [cols, rows]
-            and list(layout.stride) == [1, cols]):
-        return view.name
-    return None
 
 
 class Sizes(tuple):
@@ -198,20 +181,26 @@ class WrapperCodeGen:
 
     # --8<-- [start:linear]
     def linear_call(self, kernel: FallbackKernel) -> bool:
-        """``mm(x, w.t())`` with ``w`` a row-major matrix, printed as ``linear(x, w)``: the
-        same cuBLAS call, with the transpose made in C++; see [Note: linear]."""
-        if kernel.op is not torch.ops.aten.mm.default or kernel.kwargs:
+        """``mm(x, w.t())`` and ``addmm(b, x, w.t())`` with ``w`` a whole row-major matrix,
+        printed as ``linear(x, w)`` and ``linear(x, w, b)``: the same cuBLAS calls, with
+        the transpose made in C++; see [Note: linear] (inductor/linear.py)."""
+        if kernel.kwargs or kernel.op not in (aten.mm.default, aten.addmm.default):
             return False
-        x, view = kernel.args
+        bias = kernel.args[:1] if kernel.op is aten.addmm.default else []
+        x, view = kernel.args[len(bias):]
         weight = transposed_matrix(view)
-        if weight is None or isinstance(x, ReinterpretView):
+        if weight is None:
             return False
         (out,) = kernel.outputs
-        self.lines.append(f"    {out.name} = linear({x.name}, {weight})  # {kernel.op}")
-        size, stride = _sizes(out.layout.size), _sizes(out.layout.stride)
-        if list(out.layout.stride) != [out.layout.size[1], 1]:  # (mm's result is row-major)
-            self.lines.append(f"    {out.name} = as_layout({out.name}, {size}, {stride})")
+        args = ", ".join([literal(x, self.constants), weight, *(b.name for b in bias)])
+        size = _sizes(out.layout.size)
+        shape = "" if len(size) == 2 else f".view({size})"  # a folded bias add's 3-D result
+        self.lines.append(f"    {out.name} = linear({args}){shape}  # {kernel.op}")
+        if list(out.layout.stride) != list(contiguous_strides(out.layout.size)):
+            self.lines.append(f"    {out.name} = as_layout({out.name}, {size}, "
+                              f"{_sizes(out.layout.stride)})")
         return True
+    # --8<-- [end:linear]
     # --8<-- [end:linear]
 
     def allocate(self, buffer: ComputedBuffer) -> None:
