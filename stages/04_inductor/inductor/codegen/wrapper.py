@@ -201,7 +201,6 @@ class WrapperCodeGen:
                               f"{_sizes(out.layout.stride)})")
         return True
     # --8<-- [end:linear]
-    # --8<-- [end:linear]
 
     def allocate(self, buffer: ComputedBuffer) -> None:
         """Print the line that gives ``buffer`` memory: a dead buffer of the same layout from
