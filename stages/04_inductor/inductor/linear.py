@@ -10,10 +10,10 @@ Chapter: book/docs/performance.md ("The Python between launches").
 [Note: linear]
 A Linear layer reaches inductor as ``mm(x, w.t())`` and a bias add: the weight is a view of
 a graph input, which the wrapper made with ``as_strided`` from Python (about 3 us a call
-on a 2-core CPU machine; 48 calls per GPT-2 decode step). aten's ``linear(x, w)`` is the same cuBLAS call
-with the transpose made in C++, so the wrapper prints it for a weight that is exactly the
-transpose of a whole row-major matrix (``transposed_matrix``); any other view keeps
-``reinterpret``.
+on a 2-core CPU machine; 48 calls per GPT-2 decode step). aten's ``linear(x, w)`` is the
+same cuBLAS call with the transpose made in C++, so the wrapper prints it for a weight that
+is exactly the transpose of a whole row-major matrix (``transposed_matrix``); any other
+view keeps ``reinterpret``.
 
 The bias add usually fuses into the next kernel (GELU, a residual add and layer norm). When
 it does not, because what reads the sum is a library call (the attention's q, k and v are
