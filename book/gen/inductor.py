@@ -5,7 +5,8 @@ and the scheduling, tiling and autotuning examples.
 one runs in the interpreter when there is no GPU) and writes, under ``inductor/``, the loop
 IR, the fusion log, the kernels and the wrappers, after checking the result against eager.
 Then: the fusion log of a LayerNorm backward (horizontal fusion), the wrapper of
-``gelu(x @ w + b)`` (one kernel after the library call), the tiled kernel of
+``gelu(x @ w + b)`` (one kernel after the library call), the flat kernel of gelu_bias, the
+tiled kernel of
 ``x.t() + b``, and a wrapper compiled with ``mode="max-autotune"``.
 """
 
@@ -18,6 +19,10 @@ import torch
 
 def softmax(x):
     return torch.softmax(x * 0.125, -1)
+
+
+def gelu_bias(x, b):
+    return torch.nn.functional.gelu(x + b) * 0.5 + x
 
 
 def kernel_only(source: str, target: str) -> str:
@@ -73,6 +78,15 @@ def scheduling_examples(write) -> None:
     torch.testing.assert_close(compiled(x, w, b), F.gelu(x @ w + b))
     (record,) = compiled.graphs
     write("inductor/linear_gelu_wrapper.py", call_only(record.artifacts["wrapper"]))
+
+    driver.reset()
+    x, b = torch.randn(64, 2048), torch.randn(2048)
+    compiled = driver.compile(gelu_bias, options={"target": "triton"})
+    torch.testing.assert_close(compiled(x, b), gelu_bias(x, b))
+    (record,) = compiled.graphs
+    (kernel,) = [v for k, v in record.artifacts.items() if k.startswith("kernels/")]
+    assert "xmask" not in kernel and "evict_last" in kernel, "[Note: the flat kernel's ...]"
+    write("inductor/gelu_bias_triton.py", kernel_only(kernel, "triton"))
 
     driver.reset()
     x, b = torch.randn(37, 53), torch.randn(37)

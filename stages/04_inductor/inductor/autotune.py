@@ -73,7 +73,7 @@ def _unique(configs: Sequence[Config]) -> list[Config]:
 def pointwise_configs(heuristic: Config, numel: int) -> list[Config]:
     """Flat pointwise kernels: 256 to 2048 elements per program, 2 to 8 warps."""
     configs = [heuristic]
-    for xblock, warps in ((256, 2), (512, 4), (1024, 4), (1024, 8), (2048, 8)):
+    for xblock, warps in ((256, 2), (512, 4), (512, 8), (1024, 4), (1024, 8), (2048, 8)):
         xblock = min(xblock, _pow2_at_least(numel))
         configs.append({"XBLOCK": xblock, "num_warps": max(1, min(warps, xblock // 32))})
     return _unique(configs)

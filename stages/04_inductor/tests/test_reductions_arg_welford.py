@@ -252,7 +252,9 @@ def test_layer_norm_is_one_kernel_with_welford(target, width, monkeypatch):
         return F.layer_norm(a, (width,), w, b)
 
     compiled = driver.compile(fn, options={"target": target})
-    assert_close(compiled(x), fn(x).cpu(), rtol=1e-4, atol=1e-4)
+    # rows of mean 300 and spread 2 lose about 7 bits to the mean: two summation orders
+    # (16 OpenMP threads on the GPU machine against eager's) differed by 1.1e-4
+    assert_close(compiled(x), fn(x).cpu(), rtol=1e-4, atol=3e-4)
     record = compiled.graphs[0]
     split = split_here(target, 6, width)
     assert record.compiled.kernel_count == (3 if split else 1)

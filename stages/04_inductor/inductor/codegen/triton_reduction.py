@@ -364,8 +364,14 @@ class TritonReductionKernel(TritonKernel):
         return f"{mean} = tl.where({shifted} != {shifted}, {plain_sum} / rnumel, {shifted})"
     # --8<-- [end:triton-welford]
 
+    full_rows = False  # RBLOCK == rnumel in every launch config: rmask is all true
+
     def r_lines(self, offset: str) -> list[str]:
-        return [f"rindex = {offset}rbase", "rmask = rindex < rnumel",
+        """A tile's reduced positions. Where no tile has a tail the masks are spelled as
+        constants, which Triton's compiler folds away (the loads and stores lose their
+        predicates, the ``tl.where`` s become the value); see ``full_masks``."""
+        rmask = "tl.full([1, RBLOCK], True, tl.int1)" if self.full_rows else "rindex < rnumel"
+        return [f"rindex = {offset}rbase", f"rmask = {rmask}",
                 *self.index_lines(self.rplan, "rindex")]
 
     def loop_lines(self, loop: Loop) -> list[str]:
@@ -453,6 +459,7 @@ def generate_triton_reduction(group: FusedGroup, removed: set[str], buffers: dic
         persistent, rblock = False, min(rblock, LOOP_RBLOCK)
     if persistent:
         kernel.keeps_rows = welford
+        kernel.full_rows = static_rows and kernel.rnumel == rblock
         kernel.generate_persistent_body()
     else:
         kernel.generate_looped_body()
@@ -469,17 +476,27 @@ def generate_triton_reduction(group: FusedGroup, removed: set[str], buffers: dic
         f"def {name}({params}):",
         f"    xoffset = tl.program_id(0){wide} * XBLOCK",
         "    xindex = xoffset + tl.arange(0, XBLOCK)[:, None]",
-        "    xmask = xindex < xnumel",
+        "    xmask = {}",
         "    rbase = tl.arange(0, RBLOCK)[None, :]",
         *("    " + line for line in kernel.index_lines()),
         *("    " + line for line in kernel.lines),
     ]
     launch = {"XBLOCK": xblock, "RBLOCK": rblock, "num_warps": num_warps}
+    configs = autotune.reduction_configs(launch, persistent, hint(kernel.numel))
+    even = even_rows(kernel.numel, [launch, *configs])
+    lines[lines.index("    xmask = {}")] = "    xmask = " + (
+        "tl.full([XBLOCK, 1], True, tl.int1)" if even else "xindex < xnumel")
     return KernelSource(name, "\n".join(lines) + "\n", kernel.call_args(), kernel.numel,
-                        launch, kernel.rnumel, size_vars=size_vars,
-                        configs=autotune.reduction_configs(launch, persistent,
-                                                           hint(kernel.numel)))
+                        launch, kernel.rnumel, size_vars=size_vars, configs=configs)
 # --8<-- [end:triton-reduction]
+
+
+def even_rows(numel: Any, configs: list[dict[str, int]]) -> bool:
+    """Whether ``numel`` rows (static) fill the programs of every config, so that ``xmask``
+    is all true. (The default mode's tuning, ``autotune.default_reduction_configs``, never
+    takes more rows per program than the heuristic.)"""
+    numel = sympy.sympify(numel)
+    return numel.is_Integer and all(int(numel) % c["XBLOCK"] == 0 for c in configs)
 
 
 __all__ = ["TRITON_TYPES", "generate_triton_reduction", "launch_config"]
