@@ -6,6 +6,7 @@ tiny values; bfloat16 rounds to the same values as eager."""
 from __future__ import annotations
 
 import inductor
+import inductor.codegen.triton as triton_codegen
 import pytest
 import torch
 from inductor_testing import prims_graph, to_target
@@ -37,7 +38,10 @@ def compile_unary(name: str, x: torch.Tensor):
 
 @pytest.mark.parametrize("case", list(inputs()))
 @pytest.mark.parametrize("name", ["sin", "cos", "erf"])
-def test_float32_accuracy(name, case):
+def test_float32_accuracy(name, case, monkeypatch):
+    """Our float32 sin and cos: kernels that store float32 call libdevice's by default
+    (``LIBDEVICE_SIN_WHERE_WIDE``), so the switch is turned off here to test ours."""
+    monkeypatch.setattr(triton_codegen, "LIBDEVICE_SIN_WHERE_WIDE", False)
     x = to_target([inputs()[case]], "triton")[0]
     compiled, source = compile_unary(name, x)
     assert f"{name if name == 'erf' else 'sin'}_fp32(" in source  # ours, not tl.<name>
@@ -91,4 +95,17 @@ def test_narrow_polynomial_where_the_kernel_stores_bfloat16(name, case):
     step = (want.double().abs() * 2.0 ** -7).clamp(min=1e-30)  # a bfloat16 step or less
     assert ((got.double() - want.double()).abs()[~nan] <= step[~nan]).all()
     _, wide_source = compile_unary(name, to_target([x32], "triton")[0])
-    assert f"sin_fast(tmp0, {name == 'cos'}, False)" in wide_source
+    assert f"tl.{name}(tmp0)" in wide_source and "sin_fast(" not in wide_source
+
+
+@pytest.mark.parametrize("name", ["sin", "cos"])
+def test_kernels_that_store_float32_call_libdevice(name, monkeypatch):
+    """By default; without the switch, a float32 flat kernel takes our degree-9 sin_fast."""
+    x = to_target([inputs()["specials"]], "triton")[0]
+    compiled, source = compile_unary(name, x)
+    assert f"tl.{name}(tmp0)" in source and "sin_f" not in source
+    (got,) = compiled(x)
+    torch.testing.assert_close(got.cpu(), getattr(torch, name)(x.cpu()), equal_nan=True)
+    monkeypatch.setattr(triton_codegen, "LIBDEVICE_SIN_WHERE_WIDE", False)
+    _, source = compile_unary(name, x)
+    assert f"sin_fast(tmp0, {name == 'cos'}, False)" in source

@@ -105,6 +105,9 @@ TRITON_TYPES = {
 }
 LOW_PRECISION = {torch.float16, torch.bfloat16}  # loaded as float32, computed in float32
 POINTWISE_XBLOCK = int(os.environ.get("MINIPT2_TRITON_XBLOCK", "1024"))  # for tuning runs
+# sin/cos in a kernel that stores anything wider than 16 bits: libdevice's (tl.sin), not
+# ours ([Note: our own sin and erf]); tests switch it off to check our float32 polynomial
+LIBDEVICE_SIN_WHERE_WIDE = True
 MAX_POINTWISE_XBLOCK = 2048  # the largest of block_size and autotune.pointwise_configs
 
 
@@ -306,6 +309,8 @@ class TritonKernel(Kernel):
 
     def _sin_or_cos(self, op: str, x: CSEVariable) -> CSEVariable:
         cos = op == "cos"
+        if LIBDEVICE_SIN_WHERE_WIDE and not self.narrow_outputs():  # [Note: our own sin
+            return self.new_var(f"tl.{op}({x})", x.dtype)  # and erf]: libdevice's sinf
         if not self.FAST_SIN or x.dtype == torch.float64:
             return self._math_helper(op, "sin_cos", f"sin_fp32({{0}}, {cos})", x)
         self.sin_args.append(x)
