@@ -157,3 +157,26 @@ def test_reduction_masks_are_constants_where_no_tile_has_a_tail(rows, width, ful
     assert ("xmask = tl.full([XBLOCK, 1], True, tl.int1)" in text) == full_x
     assert ("rmask = tl.full([1, RBLOCK], True, tl.int1)" in text) == full_r
     assert bool(re.search(r"xmask = xindex < xnumel", text)) == (not full_x)
+
+
+@pytest.mark.parametrize("dtype,hoisted", [(torch.float32, True), (torch.bfloat16, False)])
+def test_float32_vectors_every_row_reads_load_before_the_statistics(dtype, hoisted,
+                                                                    monkeypatch):
+    """A layer norm's weight and bias are loaded before its first reduction in float32
+    (``hoist_shared_loads``), after it in bfloat16."""
+    monkeypatch.setattr(split_reduction, "SPLIT_DEVICES", set())
+    device = device_for("triton")
+    x = torch.randn(16, 1024, device=device, dtype=dtype)
+    w, b = (torch.randn(1024, device=device, dtype=dtype) for _ in range(2))
+
+    def fn(a):
+        return F.layer_norm(a, (1024,), w, b)
+
+    driver.reset()
+    compiled = driver.compile(fn, options={"target": "triton"})
+    tol = {"rtol": 1e-4, "atol": 1e-4} if dtype == torch.float32 else {}
+    assert_close(compiled(x), fn(x).cpu(), **tol)
+    text = kernel_text(compiled)
+    first_reduce = text.index("tl.reduce(")
+    for ptr in ("in_ptr1", "in_ptr2"):
+        assert (text.index(f"tl.load({ptr} + (r0)") < first_reduce) == hoisted
