@@ -514,6 +514,7 @@ def flat_suffix(index: Any, sizes: list[Any], symbols: list[sympy.Symbol]) -> An
     flat position: over sizes ``[n, 8192]``, ``8192*x0 + x1`` is ``xindex``, and over ``[a,
     b, 64]``, ``s*(64*x1 + x2)`` is ``s*(xindex % (64*b))``. See [Note: the flat kernel's
     indices and masks]."""
+    # BEGIN EXERCISE inductor-flat-address: write a row-major run of loop variables as xindex
     index = sympy.expand(index)
 
     def coefficient(k: int) -> Any:  # of symbols[k], if index is linear in it; else None
@@ -535,6 +536,7 @@ def flat_suffix(index: Any, sizes: list[Any], symbols: list[sympy.Symbol]) -> An
         return index  # a run of one variable: nothing to gain
     rest = index - sum(coefficient(k) * symbols[k] for k in range(start, last + 1))
     return sympy.expand(rest) + stride * (XINDEX if start == 0 else sympy.Mod(XINDEX, extent))
+    # END EXERCISE inductor-flat-address
 # --8<-- [end:flat-suffix]
 
 
