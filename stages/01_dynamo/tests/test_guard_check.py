@@ -9,6 +9,8 @@ guards accepts the changed call — so the test fails if that guard is dropped.
 
 from __future__ import annotations
 
+import ast
+
 import dynamo
 import pytest
 import torch
@@ -208,3 +210,23 @@ def test_guard_list_stays_readable(backend, no_fallback):
     assert "self.drop.training == False" in text
     assert not any("___s" in t or "_parameters" in t for t in text)
     assert "___s" in entry.check_fn.source_text
+
+
+@pytest.mark.parametrize("text", [
+    "L['self']", "L['self']._modules['h']._modules['0'].weight",
+    "L['x'].size()", "G['torch'].float32", "L['cache'][3]", "L['d']['it\\'s']",
+    "L['self']._parameters['bias'].stride()",
+])
+def test_chain_text_is_the_unparsed_source(text):
+    from dynamo.guards import _chain_text
+
+    node = ast.parse(text, mode="eval").body
+    assert _chain_text(node, {"L", "G"}) == ast.unparse(node)
+    assert _chain_text(node, {"C"}) is None  # another root: not a chain of these
+
+
+@pytest.mark.parametrize("text", ["L['x'].view(2)", "L[i]", "L['x'] + 1", "f(L)"])
+def test_chain_text_refuses_what_is_not_a_chain(text):
+    from dynamo.guards import _chain_text
+
+    assert _chain_text(ast.parse(text, mode="eval").body, {"L"}) is None
