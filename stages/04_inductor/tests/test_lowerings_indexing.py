@@ -403,3 +403,37 @@ def test_training_with_dropout_learns(target):
         losses.append(loss.item())
     assert all(torch.isfinite(torch.tensor(losses)))
     assert sum(losses[-5:]) < 0.5 * sum(losses[:5])
+
+
+def test_reshape_index_by_groups_matches_the_flat_split():
+    """``lowering.unflatten`` splits a static reshape into groups of dims with equal sizes
+    ([8, 1024, 768] -> [8192, 768] is [8, 1024] -> [8192] and [768] -> [768]); every
+    address must be the one the whole flat position gives, size-1 dims included."""
+    import itertools
+    import math
+    import random
+
+    import sympy
+    from inductor.ir import flat_index
+    from inductor.lowering import _reshape_groups, _split, unflatten
+
+    assert _reshape_groups((8192, 768), (8, 1024, 768)) == [([0], [0, 1]), ([1], [2])]
+    assert _reshape_groups((4, 6), (6, 4)) == [([0, 1], [0, 1])]
+    rng = random.Random(0)
+    for _ in range(40):
+        in_size = [rng.choice([1, 2, 3, 4, 6]) for _ in range(rng.randint(0, 4))]
+        out_size, rest = [], math.prod(in_size)
+        while rest > 1:
+            factor = rng.choice([d for d in range(2, rest + 1) if rest % d == 0])
+            out_size.append(factor)
+            rest //= factor
+        if rng.random() < 0.3:
+            out_size.insert(rng.randint(0, len(out_size)), 1)
+        syms = [sympy.Symbol(f"i{k}", integer=True, nonnegative=True)
+                for k in range(len(out_size))]
+        got = unflatten(tuple(syms), tuple(out_size), tuple(in_size))
+        want = _split(flat_index(syms, out_size), in_size)
+        for point in itertools.product(*map(range, out_size)):
+            env = dict(zip(syms, point))
+            assert [sympy.sympify(e).subs(env) for e in got] == \
+                [sympy.sympify(e).subs(env) for e in want], (out_size, in_size, point)
