@@ -77,8 +77,10 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import os
 import re
+from collections.abc import Sequence
 from typing import Any
 
 import sympy
@@ -247,7 +249,9 @@ class TritonKernel(Kernel):
 
     def rewrite(self, index: Any) -> Any:
         index = super().rewrite(index)
-        return flat_suffix(index, self.plan.sizes, self.plan.symbols) if self.FLAT else index
+        if not self.FLAT:
+            return index
+        return _flat_suffix_cached(index, tuple(self.plan.sizes), tuple(self.plan.symbols))
 
     def mask_for(self, index: Any) -> str:
         return "" if self.EVEN else "xmask"
@@ -509,7 +513,7 @@ def block_size(numel: int, itemsize: int = 2) -> tuple[int, int]:
 XINDEX = sympy.Symbol("xindex", integer=True, nonnegative=True)
 
 
-def flat_suffix(index: Any, sizes: list[Any], symbols: list[sympy.Symbol]) -> Any:
+def flat_suffix(index: Any, sizes: Sequence[Any], symbols: Sequence[sympy.Symbol]) -> Any:
     """``index`` with a row-major run over the innermost loop variables written with the
     flat position: over sizes ``[n, 8192]``, ``8192*x0 + x1`` is ``xindex``, and over ``[a,
     b, 64]``, ``s*(64*x1 + x2)`` is ``s*(xindex % (64*b))``. See [Note: the flat kernel's
@@ -538,6 +542,10 @@ def flat_suffix(index: Any, sizes: list[Any], symbols: list[sympy.Symbol]) -> An
     return sympy.expand(rest) + stride * (XINDEX if start == 0 else sympy.Mod(XINDEX, extent))
     # END EXERCISE inductor-flat-address
 # --8<-- [end:flat-suffix]
+
+
+# a kernel asks for each address several times (its text, its mask, its cache policy)
+_flat_suffix_cached = functools.lru_cache(maxsize=1 << 14)(flat_suffix)
 
 
 def needs_int64_indices(kernel: TritonKernel) -> bool:
