@@ -224,15 +224,27 @@ def map_dims(sizes: Sequence[sympy.Expr], space_sizes: Sequence[sympy.Expr],
             out.append(sympy.Integer(0))
             continue
         index, product = sympy.Integer(0), sympy.Integer(1)
-        while j < len(dims) and sympy.expand(product - size) != 0:
+        while j < len(dims) and not _same_size(product, size):
             sym, dim = dims[j]
             index, product = index * dim + sym, product * dim
             j += 1
-        if sympy.expand(product - size) != 0:
+        if not _same_size(product, size):
             return None
         out.append(index)
     return out if j == len(dims) else None
 # --8<-- [end:map-dims]
+
+
+def _same_size(a: sympy.Expr, b: sympy.Expr) -> bool:
+    """``a == b`` as sizes: numbers compare as numbers (the common, static case, without
+    sympy's expand), expressions after expanding their difference."""
+    if _is_number(a) and _is_number(b):
+        return int(a) == int(b)
+    return sympy.expand(a - b) == 0
+
+
+def _is_number(n: object) -> bool:
+    return isinstance(n, int) or getattr(n, "is_Integer", False)
 
 
 @dataclasses.dataclass
