@@ -217,21 +217,24 @@ def map_dims(sizes: Sequence[sympy.Expr], space_sizes: Sequence[sympy.Expr],
     divisions and is not done.
     """
     dims = [(sym, size) for sym, size in zip(symbols, space_sizes) if size != 1]
-    out: list[sympy.Expr] = []
+    runs: list[list[tuple[sympy.Expr, sympy.Expr]]] = []  # the space dims of each dim
     j = 0
     for size in sizes:
-        if size == 1:
-            out.append(sympy.Integer(0))
-            continue
-        index, product = sympy.Integer(0), sympy.Integer(1)
-        while j < len(dims) and not _same_size(product, size):
-            sym, dim = dims[j]
-            index, product = index * dim + sym, product * dim
-            j += 1
-        if not _same_size(product, size):
+        start, product = j, sympy.Integer(1)
+        while size != 1 and j < len(dims) and not _same_size(product, size):
+            product, j = product * dims[j][1], j + 1
+        if size != 1 and not _same_size(product, size):
             return None
+        runs.append(dims[start:j])
+    if j != len(dims):
+        return None
+    out: list[sympy.Expr] = []  # built once the loop is known to fit: most do not
+    for run in runs:
+        index = sympy.Integer(0)
+        for sym, dim in run:
+            index = index * dim + sym
         out.append(index)
-    return out if j == len(dims) else None
+    return out
 # --8<-- [end:map-dims]
 
 
