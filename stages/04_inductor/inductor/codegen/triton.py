@@ -95,7 +95,7 @@ from inductor.codegen.common import (
     kernel_name,
     numel,
 )
-from inductor.codegen.triton_math import math_helper_sources
+from inductor.codegen.triton_math import PHILOX, math_helper_sources
 from inductor.scheduler import FusedGroup
 from inductor.virtualized import INDIRECT_PREFIX
 
@@ -426,31 +426,6 @@ def check_index(ok, mask, value, message):
         raise IndexError(message.format(numpy.broadcast_to(value.handle.data, bad.shape)[bad][0]))
 '''
 
-# --8<-- [start:philox]
-PHILOX = '''
-
-@triton.jit
-def philox(seed, offset, stream):
-    """32 random bits for element ``offset`` of stream ``stream``: Philox-4x32-10, key
-    ``seed``, counter (offset, stream). The C++ kernels compute the same bits."""
-    c0 = (offset & 0xFFFFFFFF).to(tl.uint32)
-    c1 = ((offset >> 32) & 0xFFFFFFFF).to(tl.uint32)
-    c2 = c0 * 0 + stream
-    c3 = c0 * 0
-    k0 = (seed & 0xFFFFFFFF).to(tl.uint32)
-    k1 = ((seed >> 32) & 0xFFFFFFFF).to(tl.uint32)
-    for _ in tl.static_range(10):
-        n0 = tl.umulhi(c2, 0xCD9E8D57) ^ c1 ^ k0
-        n2 = tl.umulhi(c0, 0xD2511F53) ^ c3 ^ k1
-        c1 = tl.mul(c2, 0xCD9E8D57, sanitize_overflow=False)  # wraps, on purpose
-        c3 = tl.mul(c0, 0xD2511F53, sanitize_overflow=False)
-        c0 = n0
-        c2 = n2
-        k0 = tl.add(k0, 0x9E3779B9, sanitize_overflow=False)
-        k1 = tl.add(k1, 0xBB67AE85, sanitize_overflow=False)
-    return c0
-'''
-# --8<-- [end:philox]
 RANDOM_BITS = {torch.float32: 24, torch.bfloat16: 8, torch.float16: 11}  # mantissa + 1
 
 

@@ -1,8 +1,10 @@
-"""Our own float32 sin, cos, erf and erfc for Triton kernels: the helpers' source text.
+"""Our own float32 sin, cos, erf and erfc for Triton kernels, and the Philox random-number
+generator: the helpers' source text.
 
 Input: the name of a helper a kernel calls (``sin_cos``, ``erf``, ``erfc``), and whether the
 kernel runs under Triton's interpreter.
-Output: the module-level functions to print above the kernel (``math_helper_sources``).
+Output: the module-level functions to print above the kernel (``math_helper_sources``;
+``PHILOX`` for ``rand``, whose bits the C++ kernels compute the same way).
 The Triton printer (codegen/triton.py) decides where each is called; this module is what
 they compute, and why. Chapter: book/docs/performance.md ("When arithmetic sets the pace").
 """
@@ -175,3 +177,30 @@ def math_helper_sources(helper: str, interpreter: bool) -> dict[str, str]:
                "max_abs": "tl.max(tl.abs(x))"}
     own = {"erf": ERF, "erfc": ERFC}.get(helper) or SIN_COS.format(**far)
     return {"fma": common, helper: own}
+
+
+# --8<-- [start:philox]
+PHILOX = '''
+
+@triton.jit
+def philox(seed, offset, stream):
+    """32 random bits for element ``offset`` of stream ``stream``: Philox-4x32-10, key
+    ``seed``, counter (offset, stream). The C++ kernels compute the same bits."""
+    c0 = (offset & 0xFFFFFFFF).to(tl.uint32)
+    c1 = ((offset >> 32) & 0xFFFFFFFF).to(tl.uint32)
+    c2 = c0 * 0 + stream
+    c3 = c0 * 0
+    k0 = (seed & 0xFFFFFFFF).to(tl.uint32)
+    k1 = ((seed >> 32) & 0xFFFFFFFF).to(tl.uint32)
+    for _ in tl.static_range(10):
+        n0 = tl.umulhi(c2, 0xCD9E8D57) ^ c1 ^ k0
+        n2 = tl.umulhi(c0, 0xD2511F53) ^ c3 ^ k1
+        c1 = tl.mul(c2, 0xCD9E8D57, sanitize_overflow=False)  # wraps, on purpose
+        c3 = tl.mul(c0, 0xD2511F53, sanitize_overflow=False)
+        c0 = n0
+        c2 = n2
+        k0 = tl.add(k0, 0x9E3779B9, sanitize_overflow=False)
+        k1 = tl.add(k1, 0xBB67AE85, sanitize_overflow=False)
+    return c0
+'''
+# --8<-- [end:philox]
