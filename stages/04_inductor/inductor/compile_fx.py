@@ -25,6 +25,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
+import sympy
 import torch
 import torch.fx
 
@@ -32,13 +33,13 @@ from inductor import sizevars
 from inductor.autotune import Autotuner, can_time, default_reduction_configs
 from inductor.codecache import CppCodeCache, TritonCodeCache, exec_python_source
 from inductor.codegen.cpp import generate_cpp_kernel
-from inductor.codegen.triton import generate_triton_kernel
+from inductor.codegen.triton import generate_triton_kernel, interpreting
 from inductor.codegen.wrapper import WrapperCodeGen, fallback_wrapper_source
 from inductor.cudagraphs import CudaGraphRunner, wants_cudagraphs
 from inductor.exc import CompileError
 from inductor.graph import GraphLowering
 from inductor.ir import Buffer, ComputedBuffer
-from inductor.launcher import Launcher
+from inductor.launcher import Launcher, precompile
 from inductor.linear import fold_bias_adds
 from inductor.scheduler import FusedGroup, Scheduler
 
@@ -86,8 +87,6 @@ def check_mode(mode: Any) -> str:
 def direct_launches() -> bool:
     """Launch Triton kernels through ``Launcher`` ([Note: direct launches]): on a GPU, unless
     ``MINIPT2_DIRECT_LAUNCH=0``. (Under the interpreter it would only add a layer.)"""
-    from inductor.codegen.triton import interpreting
-
     return not interpreting() and os.environ.get("MINIPT2_DIRECT_LAUNCH", "1") != "0"
 
 
@@ -161,6 +160,9 @@ def compile_fx_inner(prims_gm: torch.fx.GraphModule, example_inputs: list[Any], 
                       stacklevel=2)
         return compile_fx_inner(prims_gm, example_inputs, target="fallback")
     artifacts["wrapper"] = source
+    if target == "triton" and not interpreting():  # [Note: parallel precompile]
+        jobs = precompile_jobs(kernels.values(), namespace, graph, tuned)
+        clock.lap(f"compiling {precompile(jobs)} Triton variants on threads")
     if target == "triton" and direct_launches():  # [Note: direct launches]
         namespace.update({k.name: Launcher(namespace[k.name]) for k in kernels.values()})
     autotuners = {k.name: Autotuner(namespace[k.name], k) for k in kernels.values()
@@ -178,6 +180,25 @@ def compile_fx_inner(prims_gm: torch.fx.GraphModule, example_inputs: list[Any], 
     result.prims_graph_module = prims_gm
     result.kernel_groups = kernel_groups(graph, scheduler)
     return result
+
+
+def precompile_jobs(kernels: Any, namespace: dict[str, Any], graph: GraphLowering,
+                    tuned: frozenset[str]) -> list[tuple[Any, tuple, dict[str, Any]]]:
+    """What ``launcher.precompile`` compiles: per kernel over static sizes, its arguments
+    (a dtype per buffer) under each launch config it may get; ``MINIPT2_PRECOMPILE=0``: none
+    (every kernel compiles at its first launch)."""
+    if os.environ.get("MINIPT2_PRECOMPILE", "1") == "0":
+        return []
+    jobs = []
+    for kernel in kernels:
+        buffers = [graph.buffer_by_name.get(name) for name in kernel.args]
+        sizes = kernel.size_args()
+        if None in buffers or not all(isinstance(s, (int, sympy.Integer)) for s in sizes):
+            continue  # a symbolic size: compiled at the first launch, for the sizes it meets
+        args = (*(b.get_dtype() for b in buffers), *map(int, sizes))
+        configs = kernel.configs if kernel.name in tuned else [kernel.launch]
+        jobs += [(namespace[kernel.name], args, dict(config)) for config in configs]
+    return jobs
 
 
 class Stopwatch:

@@ -101,3 +101,104 @@ def test_compiled_graph_launches_directly_on_the_gpu():
     for x in (base[:4096], base[:4096], base[1:], torch.randn(4096, device="cuda")):
         y = torch.randn(4096, device="cuda")
         torch.testing.assert_close(compiled(x, y), f(x, y))
+
+
+class WarmupFn:
+    """Stands in for a @triton.jit function's ``warmup``: records each request; raises for
+    an XBLOCK of 0, as a compile error would."""
+
+    def __init__(self):
+        self.warmed = []
+
+    def warmup(self, *args, grid, **options):
+        if options.get("XBLOCK") == 0:
+            raise ValueError("no such block")
+        self.warmed.append((args, grid, options))
+
+
+def test_precompile_warms_every_variant_and_skips_the_ones_that_fail():
+    pytest.importorskip("triton.runtime._async_compile")
+    a, b = WarmupFn(), WarmupFn()
+    jobs = [(a, (torch.float32, torch.bfloat16, 4096), {"XBLOCK": 1024, "num_warps": 8}),
+            (a, (torch.float32, torch.bfloat16, 4096), {"XBLOCK": 0, "num_warps": 8}),
+            (b, (torch.bool, 7), {"XBLOCK": 8, "num_warps": 1})]
+    assert launcher.precompile(jobs) == 2
+    assert a.warmed == [((torch.float32, torch.bfloat16, 4096), (1,),
+                         {"XBLOCK": 1024, "num_warps": 8})]
+    assert b.warmed == [((torch.bool, 7), (1,), {"XBLOCK": 8, "num_warps": 1})]
+    assert launcher.precompile(jobs[:1]) == 0  # one kernel: nothing to overlap
+
+
+def _spec(args):
+    return tuple(a.dtype if isinstance(a, torch.Tensor) else
+                 a if isinstance(a, torch.dtype) else int(a) for a in args)
+
+
+@pytest.mark.parametrize("mode", ["default", "max-autotune"])
+def test_precompiled_variants_are_the_ones_the_wrapper_launches(monkeypatch, mode):
+    """What ``precompile`` is handed must be what the first launches ask Triton for (dtype
+    per tensor, the ints, the options): otherwise the precompiled variants are never used.
+    On the CPU it runs under the interpreter, with the GPU-only step switched on; both ends
+    are recorded."""
+    import importlib
+
+    from inductor import autotune
+
+    import driver
+
+    compile_fx = importlib.import_module("inductor.compile_fx")  # the module, not the function
+    jobs, launched = [], set()
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cpu":
+        monkeypatch.setattr(compile_fx, "interpreting", lambda: False)
+    monkeypatch.setattr(compile_fx, "precompile", lambda j: jobs.extend(j) or len(j))
+    monkeypatch.setattr(autotune, "can_time", lambda: False)  # heuristic: launches config 0
+
+    def first_launch(self, grid, key, args, options):
+        launched.add((self.fn.__name__, _spec(args), tuple(sorted(options.items()))))
+        return self.fn[grid](*args, **options)
+    monkeypatch.setattr(launcher.Launcher, "_first_launch", first_launch)
+
+    def f(x, w, mask):
+        h = torch.where(mask, (x @ w).relu(), 0.0)
+        return torch.softmax(h.to(torch.bfloat16), -1), h.sum(0)
+
+    x, w = torch.randn(64, 32, device=device), torch.randn(32, 48, device=device)
+    mask = torch.rand(64, 48, device=device) > 0.5
+    compiled = driver.compile(f, options={"target": "triton"}, mode=mode)
+    for got, want in zip(compiled(x, w, mask), f(x, w, mask)):
+        torch.testing.assert_close(got, want, atol=2e-2, rtol=2e-2)
+    warmed = {(fn.__name__, _spec(args), tuple(sorted(options.items())))
+              for fn, args, options in jobs}
+    assert len(launched) >= 2
+    assert launched <= warmed  # every launch was precompiled ...
+    if mode == "default":
+        assert warmed == launched  # ... and nothing else was
+    else:  # every config the autotuner may time, not only the one launched here
+        assert len(warmed) > len(launched)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="compiles for a GPU")
+def test_first_call_on_the_gpu_compiles_every_kernel_before_launching(monkeypatch):
+    """[Note: parallel precompile]: every variant the first call launches was compiled by
+    ``precompile`` (a warmup), none by a launch."""
+    from triton.runtime import jit
+
+    import driver
+
+    warmups = []
+    original = jit.JITFunction._do_compile
+
+    def record(self, key, signature, device, constexprs, options, attrs, warmup):
+        warmups.append(warmup)
+        return original(self, key, signature, device, constexprs, options, attrs, warmup)
+    monkeypatch.setattr(jit.JITFunction, "_do_compile", record)
+
+    def f(x, y):  # the constant makes these kernels new to this process
+        return ((x.sin() + y) * 1.2345).softmax(-1), (x * y - 0.6789).sum(0)
+
+    x, y = (torch.randn(256, 512, device="cuda") for _ in range(2))
+    compiled = driver.compile(f, options={"target": "triton"})
+    for got, want in zip(compiled(x, y), f(x, y)):
+        torch.testing.assert_close(got, want)
+    assert len(warmups) >= 2 and all(warmups)
