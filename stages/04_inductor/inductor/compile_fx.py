@@ -19,6 +19,7 @@ GraphLowering (prims -> loop IR) -> Scheduler (fusion groups) -> one printer per
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
 import os
 import time
 import warnings
@@ -33,7 +34,7 @@ from inductor import sizevars
 from inductor.autotune import Autotuner, can_time, default_reduction_configs
 from inductor.codecache import CppCodeCache, TritonCodeCache, exec_python_source
 from inductor.codegen.cpp import generate_cpp_kernel
-from inductor.codegen.triton import generate_triton_kernel, interpreting
+from inductor.codegen.triton import KernelSource, generate_triton_kernel, interpreting
 from inductor.codegen.wrapper import WrapperCodeGen, fallback_wrapper_source
 from inductor.cudagraphs import CudaGraphRunner, wants_cudagraphs
 from inductor.exc import CompileError
@@ -189,16 +190,17 @@ def precompile_jobs(kernels: Any, namespace: dict[str, Any], graph: GraphLowerin
     (every kernel compiles at its first launch)."""
     if os.environ.get("MINIPT2_PRECOMPILE", "1") == "0":
         return []
-    jobs = []
+    jobs: dict[tuple, tuple[Any, tuple, dict[str, Any]]] = {}
     for kernel in kernels:
         buffers = [graph.buffer_by_name.get(name) for name in kernel.args]
         sizes = kernel.size_args()
         if None in buffers or not all(isinstance(s, (int, sympy.Integer)) for s in sizes):
             continue  # a symbolic size: compiled at the first launch, for the sizes it meets
         args = (*(b.get_dtype() for b in buffers), *map(int, sizes))
-        configs = kernel.configs if kernel.name in tuned else [kernel.launch]
-        jobs += [(namespace[kernel.name], args, dict(config)) for config in configs]
-    return jobs
+        for config in kernel.configs if kernel.name in tuned else [kernel.launch]:
+            jobs[kernel.name, args, tuple(config.items())] = (namespace[kernel.name], args,
+                                                              dict(config))
+    return list(jobs.values())  # (a kernel shared by equal loops: once per variant)
 
 
 class Stopwatch:
@@ -219,14 +221,37 @@ class Stopwatch:
 
 
 def generate_kernels(scheduler: Scheduler, graph: GraphLowering, target: str) -> dict:
-    """Scheduler step -> the printed kernel of each fused group."""
+    """Scheduler step -> the printed kernel of each fused group; see [Note: one kernel for
+    equal loops]."""
     kernels: dict[int, Any] = {}
+    first_of: dict[str, KernelSource] = {}  # a kernel's code, name left out -> first kernel
     generate = generate_triton_kernel if target == "triton" else generate_cpp_kernel
     for step, group in enumerate(scheduler.groups):
         if isinstance(group, FusedGroup):
-            kernels[step] = generate(group, scheduler.removed, graph.buffer_by_name,
-                                     len(kernels))
+            kernel = generate(group, scheduler.removed, graph.buffer_by_name, len(kernels))
+            first = first_of.setdefault(_code_of(kernel), kernel)
+            if first is not kernel:  # launched as the first, with this group's buffers
+                kernel = dataclasses.replace(kernel, name=first.name, source=first.source)
+            kernels[step] = kernel
     return kernels
+
+
+# --8<-- [start:equal-loops]
+# [Note: one kernel for equal loops]
+# A transformer repeats its layers, so most of a training graph's kernels are printed more
+# than once: GPT-2 small's twelve blocks gave 153 kernels and only about 40 different ones.
+# The printer names each kernel after its position and heads it with comments naming its
+# buffers, but the parameters are positional (``in_ptr0``, ``out_ptr0``, ...), so two
+# kernels whose code agrees once the name and the comments are left out compute the same
+# function of their arguments. The later one is launched as the first (same name, same
+# source, its own buffers as arguments): one module, one compile, one cache entry. On the
+# GPU that divides the kernels Triton compiles by three; on the CPU, the g++ runs.
+def _code_of(kernel: KernelSource) -> str:
+    """The kernel's source without its comment lines and with its name blanked."""
+    lines = [line for line in kernel.source.splitlines()
+             if not line.lstrip().startswith(("#", "//"))]
+    return "\n".join(lines).replace(kernel.name, "KERNEL")
+# --8<-- [end:equal-loops]
 
 
 # --8<-- [start:load-kernels]

@@ -64,3 +64,29 @@ def test_forward_and_backward_graph_text_is_the_graphs_own():
     forward, backward = (c.prims_graph_module for c in fn.compiled_graphs)
     assert artifacts["fw_graph"] == forward.print_readable(print_output=False)
     assert artifacts["bw_graph"] == backward.print_readable(print_output=False)
+
+
+def repeated_blocks(x, w1, w2, b):
+    """Two equal blocks (same shapes, same ops) and a third that differs in one constant."""
+    h = F.gelu(x @ w1 + b, approximate="tanh")
+    h = F.gelu(h @ w2 + b, approximate="tanh")
+    return ((h @ w2 + b).sigmoid() * 3.0,)
+
+
+@pytest.mark.parametrize("target", ["triton", "cpp"])
+def test_equal_loops_share_one_kernel(target):
+    """[Note: one kernel for equal loops]: the second block launches the first block's
+    kernel with its own buffers; a kernel that differs in one constant keeps its own."""
+    torch.manual_seed(0)
+    x, w1, w2, b = torch.randn(8, 32), torch.randn(32, 32), torch.randn(32, 32), torch.randn(32)
+    fn = inductor.compile_fx(torch.fx.symbolic_trace(repeated_blocks), [x, w1, w2, b],
+                             options={"target": target})
+    torch.testing.assert_close(fn(x, w1, w2, b)[0], repeated_blocks(x, w1, w2, b)[0],
+                               rtol=1e-4, atol=1e-4)
+    wrapper = fn.artifacts["wrapper"]
+    sources = [k for k in fn.artifacts if k.startswith("kernels/")]
+    calls = [line.split("[")[0].split("(")[0].strip() for line in wrapper.splitlines()
+             if line.strip().startswith(("triton_", "cpp_"))]
+    assert len(calls) == 3 and len(set(calls)) == 2  # gelu twice (shared), sigmoid once
+    assert calls[0] == calls[1] != calls[2]
+    assert len(sources) == 2
