@@ -244,8 +244,33 @@ class GraphLowering(torch.fx.Interpreter):
 
     def output(self, target: str, args: Any, kwargs: Any) -> Any:
         outs = args[0] if isinstance(args[0], (list, tuple)) else [args[0]]
-        self.graph_outputs = [self.realize(o) if isinstance(o, IRNode) else o for o in outs]
+        taken = {o.name for o in outs if isinstance(o, Buffer)}
+        self.graph_outputs = [self.realize(self.whole_buffer(o, taken) or o)
+                              if isinstance(o, IRNode) else o for o in outs]
         return self.graph_outputs
+
+    def whole_buffer(self, value: IRNode, taken: set[str]) -> Buffer | None:
+        """The buffer an output is, element for element, in that buffer's own layout, or None.
+
+        [Note: an output that is a whole buffer]
+        Decompositions leave views that undo each other: a Linear's weight gradient comes
+        out of the backward as ``permute(permute(mm(...)))``. Realizing such an output would
+        copy the library call's result into a new buffer of the same layout: a kernel that
+        only moves memory (three of them per mlp_train step, 32 MiB each in bfloat16). When
+        the view is the whole of a buffer made in this graph, in that buffer's strides, the
+        output is that buffer. Not a graph input (an output must not alias an input it did
+        not alias in eager), and not a buffer another output already is (two gradients must
+        not share memory)."""
+        view = as_view(value, self.buffer_by_name) if isinstance(value, Pointwise) else None
+        if view is None or view.name in taken:
+            return None
+        base = view.base
+        if (isinstance(base, InputBuffer) or view.offset != 0
+                or list(view.layout.size) != list(base.layout.size)
+                or list(view.layout.stride) != list(base.layout.stride)):
+            return None
+        taken.add(base.name)
+        return base
 
 
 def to_meta(tree: Any) -> Any:

@@ -55,6 +55,7 @@ import dataclasses
 import functools
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import sympy
 
@@ -428,12 +429,56 @@ def can_fuse(group: FusedGroup, node: SchedulerNode) -> tuple[bool, str]:
 
 
 def score_fusion(group: FusedGroup, node: SchedulerNode) -> int:
-    """How much fusing saves: 10 per buffer the two share (traffic), 1 for the launch."""
+    """How much fusing saves: 10 per buffer the two share (traffic), 1 for the launch; 0 for
+    a launch saved at the price of uncoalesced loads ([Note: one tile, one direction])."""
     if len(group.nodes) >= MAX_FUSED_NODES:
         return 0
     shared = {name for name, _ in node.reads} & (set(group.written()) | group.read_names())
+    if not shared and crosses_grain(group, node):
+        return 0
     return 10 * len(shared) + 1
 # --8<-- [end:can-fuse]
+
+
+# [Note: one tile, one direction]
+# A reduction kernel's tile is ``XBLOCK`` rows by ``RBLOCK`` reduced elements, and its loads
+# are coalesced along one of the two axes: along r for a row sum, along x for a column sum
+# ([Note: outer reductions] in codegen/triton_reduction.py picks which). A pointwise loop
+# placed in that space keeps its own memory order: the gradient of a Linear layer's input
+# walks [B, C] along C, which is r in a kernel whose reduction is the bias gradient's sum
+# over B. Fused, one of the two reads 16 bytes per 32-byte sector at best: in mlp_train's
+# backward the bias gradient's column sum, fused with the GELU backward next to it, took
+# ten times as long as a column-sum kernel of its own. A horizontal fusion (no buffer
+# shared) only saves a launch, so it is refused when the group's loads and the node's run
+# along different axes of the kernel's space.
+# --8<-- [start:one-direction]
+def walk_axis(index: sympy.Expr, xsyms: Sequence[Any], rsyms: Sequence[Any]) -> str | None:
+    """"r" or "x": the axis of a reduction space along which ``index`` moves one element
+    at a time (r first, as the printer orders tiles); None for neither."""
+    index = sympy.expand(index)
+    unit = {s for s in index.free_symbols if index.coeff(s) == 1}
+    if unit & {s for s in rsyms if isinstance(s, sympy.Symbol)}:
+        return "r"
+    if unit & {s for s in xsyms if isinstance(s, sympy.Symbol)}:
+        return "x"
+    return None
+
+
+def grain(nodes: Sequence[SchedulerNode], space: Space) -> int:
+    """Loads along x minus loads along r of ``nodes`` placed in ``space``."""
+    xsyms, rsyms = space_symbols(space)
+    axes = [walk_axis(index, xsyms, rsyms) for node in nodes
+            for _, index in node.accesses(space).reads]
+    return axes.count("x") - axes.count("r")
+
+
+def crosses_grain(group: FusedGroup, node: SchedulerNode) -> bool:
+    """Whether ``node`` would join a reduction kernel against its grain (see above)."""
+    space = space_with(group.nodes, node)
+    if not space[1]:  # a pointwise kernel: one flat order
+        return False
+    return grain(group.nodes, space) * grain([node], space) < 0
+# --8<-- [end:one-direction]
 
 
 def same_loops(group: FusedGroup, node: SchedulerNode) -> bool:
@@ -485,7 +530,9 @@ class Scheduler:
             if score > best_score:
                 best, best_score, best_reason = gid, score, reason
             elif last or not legal:
-                why = reason if not legal else "score 0 (group full)"
+                why = reason if not legal else (
+                    "score 0 (group full)" if len(group.nodes) >= MAX_FUSED_NODES else
+                    "score 0 (no buffer shared, loads along another axis)")
                 self.log.append(f"{node.name} not fused with {_members(group)}"
                                 f"{'' if last else ' (earlier)'}: {why}")
         if best is None:

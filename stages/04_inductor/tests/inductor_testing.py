@@ -7,6 +7,7 @@ shapes are known while building (``p.bcast`` and ``p.scalar`` use them).
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable
 from typing import Any
 
@@ -78,6 +79,16 @@ def prims_graph(fn: Callable, inputs: list[torch.Tensor]) -> torch.fx.GraphModul
     out = fn(p, *nodes)
     p.graph.output(tuple(out) if isinstance(out, (list, tuple)) else (out,))
     return torch.fx.GraphModule(torch.nn.Module(), p.graph)
+
+
+def results(p, node, count):
+    """The getitem nodes of a prim with several results (what aotautograd's graphs hold)."""
+    items = []
+    for k in range(count):
+        item = p.graph.call_function(operator.getitem, (node, k))
+        item.meta["val"] = node.meta["val"][k]
+        items.append(item)
+    return items
 
 
 def shape_of(node: torch.fx.Node) -> list[int]:

@@ -69,6 +69,29 @@ def test_reorder_rule_keeps_a_consumer_after_its_producer(target):
 
 
 @pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("dim", [0, 1])
+def test_horizontal_fusion_keeps_one_load_direction(target, dim):
+    """[Note: one tile, one direction]: a [16, 16] pointwise loop fits a sum's space either
+    way, but joins a column sum (loads along x) only at the price of loads along r."""
+    x, y = torch.randn(16, 16), torch.randn(16, 16)
+
+    def fn(p, a, b):
+        return p.sum(a, [dim]), p.sin(b)
+
+    compiled, (total, s) = compile_and_run(fn, [x, y], target)
+    fusion = compiled.artifacts["fusion"]
+    if dim == 0:
+        assert compiled.kernel_count == 2
+        assert "buf1 not fused with [buf0]: score 0 (no buffer shared, loads along another " \
+               "axis)" in fusion
+    else:
+        assert compiled.kernel_count == 1
+        assert "fuse buf1 into [buf0]: horizontal" in fusion
+    assert_close(total, x.sum(dim))
+    assert_close(s, y.sin())
+
+
+@pytest.mark.parametrize("target", TARGETS)
 def test_library_call_between_same_space_loops(target):
     x = torch.randn(4, 6)
 

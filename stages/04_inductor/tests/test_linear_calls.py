@@ -138,3 +138,32 @@ def test_folded_bias_of_a_three_dimensional_sum_is_viewed_back(target):
     assert got.shape == (2, 5, 24) and got.is_contiguous()
     text = compiled.graphs[0].artifacts["wrapper"].split("def call")[1]
     assert ".view((2, 5, 24))" in text and "[grid(" not in text
+
+
+@pytest.mark.parametrize("target", ["cpp", "triton"])
+def test_an_output_that_is_a_whole_buffer_is_not_copied(target):
+    """[Note: an output that is a whole buffer]: permute(permute(mm)) is mm's own buffer; a
+    second such output, a view of an input, or a real transpose still gets a kernel."""
+    import inductor
+    from inductor_testing import prims_graph, to_target
+
+    a, b = to_target([torch.randn(8, 6), torch.randn(6, 4)], target)
+
+    def fn(p, x, y):
+        m = p.call(torch.ops.aten.mm.default, x, y)
+        back = p.permute(p.permute(m, [1, 0]), [1, 0])
+        return (back, p.permute(p.permute(x, [1, 0]), [1, 0]), p.permute(m, [1, 0]),
+                p.permute(p.permute(m, [1, 0]), [1, 0]))
+
+    compiled = inductor.compile_fx_inner(prims_graph(fn, [a, b]), [a, b], target=target)
+    outs = compiled(a, b)
+    want = a @ b
+    for got, ref in zip(outs, (want, a, want.t(), want)):
+        torch.testing.assert_close(got, ref)
+    ptrs = [o.data_ptr() for o in outs]
+    assert a.data_ptr() not in ptrs and len(set(ptrs)) == 4  # nothing aliased
+    # the first output is mm's result itself: of the two [8, 4] outputs one is copied
+    fusion = compiled.artifacts["fusion"]
+    copies = [line.split(": ")[1].split(", ") for line in fusion.splitlines()
+              if line.startswith("kernel over [8, 4]:")]
+    assert sum(map(len, copies)) == 1, fusion

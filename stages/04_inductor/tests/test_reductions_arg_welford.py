@@ -4,7 +4,6 @@ they fuse with (max.dim, var_mean, layer norm, batch norm)."""
 
 from __future__ import annotations
 
-import operator
 import re
 
 import inductor
@@ -14,7 +13,7 @@ import torch.nn.functional as F
 from inductor import split_reduction
 from inductor.codegen import triton_reduction
 from inductor.codegen.cpp import LANES
-from inductor_testing import assert_close, device_for, prims_graph, to_target
+from inductor_testing import assert_close, device_for, prims_graph, results, to_target
 
 import driver
 
@@ -25,16 +24,6 @@ def compile_and_run(fn, inputs, target):
     inputs = to_target(inputs, target)
     compiled = inductor.compile_fx_inner(prims_graph(fn, inputs), inputs, target=target)
     return compiled, compiled(*inputs)
-
-
-def results(p, node, count):
-    """The getitem nodes of a prim with several results (what aotautograd's graphs hold)."""
-    items = []
-    for k in range(count):
-        item = p.graph.call_function(operator.getitem, (node, k))
-        item.meta["val"] = node.meta["val"][k]
-        items.append(item)
-    return items
 
 
 def kernel_source(compiled) -> str:

@@ -10,7 +10,7 @@ import inductor
 import pytest
 import torch
 from inductor import split_reduction as sr
-from inductor_testing import assert_close, prims_graph, to_target
+from inductor_testing import assert_close, prims_graph, results, to_target
 
 TARGETS = ["cpp", "triton"]
 
@@ -78,6 +78,40 @@ def test_epilogue_fuses_into_the_second_reduction(target):
     compiled, (out,) = compile_and_run(fn, [x], target)
     assert compiled.kernel_count == 2
     assert_close(out, x.sum(1) * 0.5, rtol=1e-5, atol=1e-4)
+
+
+def test_choose_splits_for_column_sums():
+    """[Note: split column sums]: 16+ outputs a program, so more rows before splitting."""
+    assert sr.choose_splits(768, 8192) == 1  # rows enough for a row sum ...
+    assert sr.choose_splits(768, 8192, outer=True) == 8  # ... 48 programs as a column sum
+    assert sr.choose_splits(4096, 4096, outer=True) == 1  # 256 programs already
+    assert sr.choose_splits(768, 1536, outer=True) == 1  # halves below the smallest chunk
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("kind", ["sum", "var_mean"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_column_sums_split_with_the_chunk_outermost(target, kind, dtype):
+    """A layer norm's weight gradient: [8192, 96] summed over its rows. The partials are
+    [8, 96] (chunk first, so a program's outputs stay neighbours) and the result matches
+    eager's."""
+    torch.manual_seed(0)
+    x = (torch.randn(8192, 96) + 3).to(dtype)
+
+    def fn(p, a):
+        if kind == "sum":
+            return (p.sum(a, [0]),)
+        return tuple(results(p, p.mean_m2(a, [0]), 2))
+
+    compiled, outs = compile_and_run(fn, [x], target)
+    loop_ir = compiled.artifacts["loop_ir"]
+    assert "[8, 96], index=[i0, i1], reduction_ranges=[1024]" in loop_ir, loop_ir
+    x64 = x.double()
+    want = [x64.sum(0)] if kind == "sum" else [x64.mean(0), x64.var(0, correction=0) * 8192]
+    tol = 2e-2 if dtype == torch.bfloat16 else 1e-4
+    for got, ref in zip(outs, want):
+        assert_close(got.double() / ref.abs().mean(), ref / ref.abs().mean(), rtol=tol,
+                     atol=tol)
 
 
 @pytest.mark.parametrize("target", TARGETS)

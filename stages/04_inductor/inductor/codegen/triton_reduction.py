@@ -70,7 +70,7 @@ from inductor.codegen.triton import (
     interpreting,
     needs_int64_indices,
 )
-from inductor.scheduler import FusedGroup, space_symbols
+from inductor.scheduler import FusedGroup, space_symbols, walk_axis
 from inductor.virtualized import INDIRECT_PREFIX, V
 
 # Rows up to this many elements are reduced by persistent kernels (registers hold a row).
@@ -455,18 +455,10 @@ def is_outer_reduction(group: FusedGroup, buffers: dict[str, Any], removed: set[
     busy.
     """
     xsyms, rsyms = space_symbols(group.space)
-    along_x = along_r = 0
-    for node in group.nodes:
-        for name, index in node.accesses(group.space).reads:
-            if name in removed or name not in buffers:
-                continue
-            index = sympy.expand(index)
-            unit = {s for s in index.free_symbols if index.coeff(s) == 1}
-            if unit & {s for s in rsyms if isinstance(s, sympy.Symbol)}:
-                along_r += 1
-            elif unit & {s for s in xsyms if isinstance(s, sympy.Symbol)}:
-                along_x += 1
-    return along_x > along_r
+    axes = [walk_axis(index, xsyms, rsyms) for node in group.nodes
+            for name, index in node.accesses(group.space).reads
+            if name not in removed and name in buffers]
+    return axes.count("x") > axes.count("r")
 # --8<-- [end:outer-reductions]
 
 
