@@ -211,8 +211,12 @@ class GraphLowering(torch.fx.Interpreter):
         """Run ``target`` as a library call on realized inputs: correct for any op."""
         args, kwargs = self.library_args(target, args, kwargs)
         val = self.current_node.meta.get("val") if self.current_node is not None else None
-        if val is None:
-            val = target(*to_meta(args), **to_meta(kwargs))
+        if val is None or (not has_symbols(val) and takes_buffers(target, args, kwargs)):
+            try:  # [Note: what a library call returns]
+                val = target(*to_meta(args), **to_meta(kwargs))
+            except Exception:
+                if val is None:
+                    raise
         many = isinstance(val, (list, tuple))
         # An op may return None in a slot (convolution_backward without the bias gradient),
         # or a number (cuDNN attention's max_q and max_k): no buffer for those.
@@ -271,6 +275,34 @@ class GraphLowering(torch.fx.Interpreter):
             return None
         taken.add(base.name)
         return base
+
+
+# [Note: what a library call returns]
+# The traced graph records each op's result (``meta["val"]``), but with the strides its
+# inputs had when it was traced; inductor hands a library call views of its own buffers,
+# whose strides may differ, and many ops lay out their result after their inputs'. cuDNN
+# attention returns ``out`` (and, backward, ``dq``, ``dk``, ``dv``) in the stride order of
+# ``q``: in GPT-2, [B, T, H, D] memory viewed as [B, H, T, D], where the traced value said
+# row-major [B, H, T, D]. The wrapper's ``as_layout`` then copied every one of them into the
+# layout it was told to expect (48 copies, 0.9 ms of a bfloat16 step on the H200), for the
+# next kernel to permute back. So a static-shaped call is run once more on meta tensors of
+# the buffers it will really get, and its result's layout is the one the kernels are compiled
+# for; ``as_layout`` still checks at run time, for an op whose meta function and real kernel
+# disagree. With symbolic sizes the traced value stays (its sizes are the symbols).
+def has_symbols(tree: Any) -> bool:
+    """Whether any tensor in ``tree`` has a symbolic size or stride."""
+    leaves = torch.utils._pytree.tree_leaves(tree)
+    return any(isinstance(x, torch.SymInt) for t in leaves if isinstance(t, torch.Tensor)
+               for x in (*t.shape, *t.stride())) or any(isinstance(x, torch.SymInt)
+                                                         for x in leaves)
+
+
+def takes_buffers(target: Any, args: Any, kwargs: Any) -> bool:
+    """Whether ``target`` is given a buffer, so that meta tensors stand in for every tensor
+    it gets. (An op of devices and numbers alone, such as the seed prim, would run for real:
+    it draws from the generator.)"""
+    leaves = torch.utils._pytree.tree_leaves((args, kwargs))
+    return any(isinstance(x, Buffer) for x in leaves)  # (a view is a Buffer too)
 
 
 def to_meta(tree: Any) -> Any:

@@ -14,6 +14,7 @@ import torch
 import torch.fx
 import torch.nn.functional as F
 from inductor import ir, lowering, scheduler, virtualized
+from inductor_testing import to_target
 
 aotautograd = pytest.importorskip("aotautograd")
 needs_aot = pytest.mark.skipif(not hasattr(aotautograd, "aot_module_simplified"),
@@ -78,7 +79,8 @@ def test_equal_loops_share_one_kernel(target):
     """[Note: one kernel for equal loops]: the second block launches the first block's
     kernel with its own buffers; a kernel that differs in one constant keeps its own."""
     torch.manual_seed(0)
-    x, w1, w2, b = torch.randn(8, 32), torch.randn(32, 32), torch.randn(32, 32), torch.randn(32)
+    x, w1, w2, b = to_target([torch.randn(8, 32), torch.randn(32, 32), torch.randn(32, 32),
+                              torch.randn(32)], target)
     fn = inductor.compile_fx(torch.fx.symbolic_trace(repeated_blocks), [x, w1, w2, b],
                              options={"target": target})
     torch.testing.assert_close(fn(x, w1, w2, b)[0], repeated_blocks(x, w1, w2, b)[0],

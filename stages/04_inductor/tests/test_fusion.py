@@ -151,3 +151,37 @@ def test_merged_dims_fuse_into_the_statistics_kernel(dynamic):
     graph = compiled.graphs[-1]
     kernels = [k for k in graph.artifacts if "kernels/" in k]
     assert len(kernels) == 1, graph.artifacts["fusion"]
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("dtype,weighted", [(torch.float32, False), (torch.bfloat16, False),
+                                            (torch.float32, True)])
+def test_cross_entropy_backward_is_one_kernel(target, dtype, weighted):
+    """[Note: a one-hot without a scatter]: the gradient of the loss (softmax minus the
+    one-hot of the targets) is one kernel over the classes; no tensor of zeros is stored.
+    Ignored targets and class weights included; eager is the oracle."""
+    from inductor_testing import device_for
+
+    import driver
+
+    torch.manual_seed(0)
+    dev = device_for(target)
+    x = torch.randn(48, 300, device=dev).to(dtype).requires_grad_()
+    t = torch.randint(300, (48,), device=dev)
+    t[[3, 17]] = -100
+    weight = torch.rand(300, device=dev).to(dtype) if weighted else None
+
+    def loss(a, b):
+        return torch.nn.functional.cross_entropy(a, b, weight=weight)
+
+    compiled = driver.compile(loss, options={"target": target})
+    compiled(x, t).backward()
+    got, x.grad = x.grad, None
+    loss(x, t).backward()
+    tol = {"atol": 2e-2, "rtol": 2e-2} if dtype == torch.bfloat16 else {}
+    torch.testing.assert_close(got, x.grad, **tol)
+    (graph,) = compiled.graphs
+    fusion = graph.artifacts["backward/fusion"]
+    over_classes = [line for line in fusion.splitlines()
+                    if line.startswith("kernel over") and "300" in line]
+    assert len(over_classes) == 1, fusion  # (a weight's per-row gather is a [48, 1] kernel)

@@ -52,3 +52,34 @@ def test_computed_argument_gets_padded_rows(monkeypatch, target, dtype, row):
 def test_attention_mask_is_an_aligned_argument():
     names = {str(op) for op in graph_module.ALIGNED_ARGS}
     assert "aten._scaled_dot_product_efficient_attention.default" in names
+
+
+@torch.library.custom_op("minipt2_test::twice_like", mutates_args=())
+def twice_like(x: torch.Tensor) -> torch.Tensor:
+    return torch.empty_like(x).copy_(x * 2)  # the input's strides, as cuDNN attention does
+
+
+@twice_like.register_fake
+def _(x):
+    return torch.empty_like(x)
+
+
+@pytest.mark.parametrize("target", ["cpp", "triton"])
+def test_library_call_result_layout_follows_the_buffers_it_gets(target):
+    """[Note: what a library call returns]: the traced value says row-major; the call gets
+    a transposed view of a buffer and returns its result transposed too. The kernels are
+    compiled for the real layout, so the wrapper makes no copy."""
+    import inductor
+    from inductor_testing import prims_graph, to_target
+
+    (a,) = to_target([torch.randn(5, 3)], target)
+
+    def fn(p, x):
+        call = p.call(torch.ops.minipt2_test.twice_like.default, p.permute(x, [1, 0]))
+        call.meta["val"] = torch.empty(3, 5, device="meta")  # a stale traced value
+        return p.add(call, p.scalar(1.0, call))
+
+    compiled = inductor.compile_fx_inner(prims_graph(fn, [a]), [a], target=target)
+    torch.testing.assert_close(compiled(a)[0], a.t() * 2 + 1)
+    wrapper = compiled.artifacts["wrapper"].split("def call")[1]
+    assert "as_layout(buf0, (3, 5), (1, 3))" in wrapper, wrapper

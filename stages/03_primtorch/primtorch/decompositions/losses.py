@@ -3,7 +3,7 @@
 Input: a loss op's arguments (predictions, targets, an optional class weight, the
 ``reduction`` code: 0 none, 1 mean, 2 sum); for backward ops also the incoming gradient.
 Output: the loss (or the gradient with respect to the predictions), built from prims;
-``gather``/``scatter`` pick the target class out of a row.
+``gather`` picks the target class out of a row; the backward compares each class with it.
 
 Chapter: book/docs/primtorch.md ("Backward ops").
 
@@ -74,11 +74,19 @@ def nll_loss_forward(x: torch.Tensor, target: torch.Tensor, weight, reduction: i
     return to_dtype(loss, x.dtype), to_dtype(total_weight, x.dtype)
 
 
+# --8<-- [start:nll-backward]
 @register_decomposition(aten.nll_loss_backward.default, aten.nll_loss2d_backward.default)
 def nll_loss_backward(grad: torch.Tensor, x: torch.Tensor, target: torch.Tensor, weight,
                       reduction: int, ignore_index: int, total_weight: torch.Tensor):
-    """Zero everywhere except -weight[target] * grad at each target class: a ``scatter``
-    of one value per position into a tensor of zeros."""
+    """Zero everywhere except -weight[target] * grad at each target class.
+
+    [Note: a one-hot without a scatter]
+    Written as a scatter of one value per position into zeros, the gradient is a tensor of
+    zeros stored in full (for GPT-2's loss, 8192 rows of 50,304 classes in float32: 1.6 GB)
+    and then written into, before ``_log_softmax_backward_data`` reads it back twice. As a
+    comparison against the class index (``where(class == target, -weight[target] * grad,
+    0)``) it is a pointwise function of the position: inductor computes it inside the
+    kernel that reads it, and the one-hot is never stored. The same values either way."""
     class_dim = 0 if x.dim() == 1 else 1
     dtype = computation_dtype(x.dtype)
     safe, mask = _class_index(target, ignore_index, class_dim)
@@ -88,9 +96,16 @@ def nll_loss_backward(grad: torch.Tensor, x: torch.Tensor, target: torch.Tensor,
         g = prims.div(g, to_dtype(total_weight, dtype))
     if g.dim() == 0 or reduction != NONE:
         g = prims.broadcast_in_dim(prims.reshape(g, []), list(w.shape), [])
-    src = prims.reshape(prims.neg(prims.mul(g, w)), list(safe.shape))
-    zeros = full(x.shape, 0, dtype, x.device)
-    return to_dtype(prims.scatter(zeros, class_dim, safe, src), x.dtype)
+    value = prims.reshape(prims.neg(prims.mul(g, w)), list(safe.shape))  # size 1 at class_dim
+    shape, dims = list(x.shape), list(range(x.dim()))
+    classes = prims.broadcast_in_dim(
+        prims.iota(shape[class_dim], start=0, step=1, dtype=safe.dtype, device=x.device),
+        shape, [class_dim])
+    hit = prims.eq(classes, prims.broadcast_in_dim(safe, shape, dims))
+    value = prims.broadcast_in_dim(value, shape, dims)
+    out = prims.where(hit, value, scalar_like(value, 0))
+    return to_dtype(out, x.dtype)
+# --8<-- [end:nll-backward]
 
 
 def _pointwise_loss(fn, x: torch.Tensor, target: torch.Tensor, reduction: int):
