@@ -183,3 +183,35 @@ def test_linear_weight_reaches_mm_as_a_view():
 def test_devices_without_a_printer_get_the_fallback():
     assert compile_fx_module.default_target([torch.empty(2, device="meta")]) == "fallback"
     assert compile_fx_module.default_target([torch.empty(2)]) == "cpp"
+
+
+def test_loops_with_gathers_have_no_omp_simd():
+    """[Note: no omp simd around a gather]: a weighted cross entropy's loss kernel gathers
+    the target's weight and logit; its loops carry no ``omp simd`` (g++ 13 miscompiled them
+    for AVX-512), while the log-softmax kernel beside it keeps its pragmas. Eager is the
+    oracle for the loss and its gradient."""
+    import driver
+
+    torch.manual_seed(0)
+    x = torch.randn(48, 300, requires_grad=True)
+    t = torch.randint(300, (48,))
+    t[[3, 17]] = -100
+    weight = torch.rand(300)
+
+    def loss(a, b):
+        return torch.nn.functional.cross_entropy(a, b, weight=weight)
+
+    compiled = driver.compile(loss, options={"target": "cpp"})
+    got = compiled(x, t)
+    got.backward()
+    grad, x.grad = x.grad, None
+    want = loss(x, t)
+    want.backward()
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(grad, x.grad)
+    (graph,) = compiled.graphs
+    sources = {name: src.split('extern "C" void')[-1] for name, src in graph.artifacts.items()
+               if name.startswith(("kernels/", "backward/kernels/"))}
+    gathers = [name for name, src in sources.items() if "indirect" in src]
+    assert gathers and all("omp simd" not in sources[name] for name in gathers), gathers
+    assert any("omp simd" in src for name, src in sources.items() if name not in gathers)

@@ -324,7 +324,7 @@ class CppKernel(Kernel):
                  f"++{symbols[-1]})")
         work = self.size(self.numel)
         pragma = [parallel_pragma(work)] if self.parallel(self.numel) else []
-        simd = [] if self.has_scatter() else ["#pragma omp simd"]
+        simd = [] if self.no_simd() else ["#pragma omp simd"]
         if len(sizes) == 1:  # one loop: split across threads, vectorise each thread's share
             both = [parallel_pragma(work, bool(simd))] if pragma else simd
             return [*both, inner + " {", *body, "}"]
@@ -342,6 +342,13 @@ class CppKernel(Kernel):
         same element, so its loops are never ``omp simd`` (lanes would lose updates)."""
         return any(is_indirect(index) for node in self.group.nodes
                    for _, index in node.accesses(self.space).writes)
+
+    def no_simd(self) -> bool:
+        """Whether the kernel's loops go without ``omp simd``: a scatter, or an indirect
+        load ([Note: no omp simd around a gather])."""
+        return self.has_scatter() or any(
+            is_indirect(index) for node in self.group.nodes
+            for _, index in node.accesses(self.space).reads)
 
     def reduction_loops(self) -> list[str]:
         """One (parallel) loop over output rows; inside it, the loops over r and "x" code."""
@@ -478,7 +485,7 @@ class CppKernel(Kernel):
         body = [*inner, *("    " + line for line in loop.body)]
         split = 0
         lanes = all(op in COMBINE or op == "lane" for op, _ in loop.accumulators)
-        if loop.accumulators and lanes and not self.has_scatter():
+        if loop.accumulators and lanes and not self.no_simd():
             if not isinstance(self.rnumel, int):  # a symbolic row: split, and always a tail
                 split = f"({self.size(self.rnumel)} / {LANES} * {LANES})"
             else:
@@ -486,7 +493,7 @@ class CppKernel(Kernel):
         lines = [*loop.prefix, *(split_accumulator_loop(loop, var, body, split) if split else [])]
         if not isinstance(self.rnumel, int) or split < self.rnumel:  # the whole loop, or the
             clauses = " ".join(f"reduction({op}:{acc})" for op, acc in loop.accumulators)
-            simd = not loop.combine and not self.has_scatter()  # tail the split loop leaves
+            simd = not loop.combine and not self.no_simd()  # tail the split loop leaves
             lines += [f"#pragma omp simd {clauses}".rstrip()] if simd else []
             lines += [f"for (int64_t {var} = {split}; {var} < {self.size(self.rnumel)}; "
                       f"++{var}) {{", *body, "}"]
@@ -510,6 +517,17 @@ def arg_wins(kind: str, floating: bool):
         return lambda a, b: f"({a} {better} {b})"
     return lambda a, b: f"({a} {better} {b} || ({a} != {a} && {b} == {b}))"
 
+
+# [Note: no omp simd around a gather]
+# A loop that loads at computed indices (``w[target[r]]``, an embedding row) is printed
+# without ``#pragma omp simd``. With the pragma, g++ 13.3 at -O3 -march=native on an
+# AVX-512 host (the GPU machine's Xeon) miscompiled a weighted cross entropy's reduction:
+# two ``omp simd reduction`` accumulators over a loop with two masked gathers summed to
+# 4.03 where the answer is 25.26, and the compiled loss came out NaN. The same source
+# without the pragma, or for AVX2, was right; g++ still vectorises such a pointwise loop
+# where it can prove it safe, and a reduction over gathered values is bound by the gathers.
+# (Checked on that host with a standalone copy of the kernel; no AVX-512 on the CPU
+# machine, so the test there checks the printed loops.)
 
 # [Note: split accumulators]
 # ``#pragma omp simd reduction(+:acc)`` gives gcc one vector accumulator, so every iteration
