@@ -41,6 +41,7 @@ Chapter: book/docs/dynamo.md ("Graph breaks and resume functions").
 from __future__ import annotations
 
 import dis
+import functools
 import types
 from collections.abc import Iterable
 
@@ -221,8 +222,14 @@ _NO_FALLTHROUGH = {"RETURN_VALUE", "RETURN_CONST", "RAISE_VARARGS", "RERAISE",
                    "JUMP_FORWARD", "JUMP_BACKWARD", "JUMP_BACKWARD_NO_INTERRUPT", "JUMP"}
 
 
+@functools.lru_cache(maxsize=1024)
 def live_locals(code: types.CodeType, offset: int) -> frozenset[str]:
-    """Locals that some path from ``offset`` reads before writing (backward dataflow)."""
+    """Locals that some path from ``offset`` reads before writing (backward dataflow).
+
+    Cached: a graph break runs this on every call, to pick the locals handed to the resume
+    function, and the dataflow over the whole function's bytecode took about half the host
+    time of the graph-break workload's step (H200 host, under cProfile). A code object never
+    changes, so neither does the answer."""
     insts = list(dis.get_instructions(code))
     at = {inst.offset: i for i, inst in enumerate(insts)}
     handlers = handler_ranges(code)
