@@ -464,12 +464,17 @@ def walk_axis(index: sympy.Expr, xsyms: Sequence[Any], rsyms: Sequence[Any]) -> 
     return None
 
 
+def axis_balance(indices: Sequence[sympy.Expr], xsyms: Sequence[Any],
+                 rsyms: Sequence[Any]) -> int:
+    """How many of ``indices`` walk along x, minus how many walk along r."""
+    axes = [walk_axis(index, xsyms, rsyms) for index in indices]
+    return axes.count("x") - axes.count("r")
+
+
 def grain(nodes: Sequence[SchedulerNode], space: Space) -> int:
     """Loads along x minus loads along r of ``nodes`` placed in ``space``."""
-    xsyms, rsyms = space_symbols(space)
-    axes = [walk_axis(index, xsyms, rsyms) for node in nodes
-            for _, index in node.accesses(space).reads]
-    return axes.count("x") - axes.count("r")
+    return axis_balance([index for node in nodes for _, index in node.accesses(space).reads],
+                        *space_symbols(space))
 
 
 def crosses_grain(group: FusedGroup, node: SchedulerNode) -> bool:

@@ -30,7 +30,7 @@ import sympy
 import torch
 
 from inductor.ir import Expr, FloorDiv, Reduction, contiguous_strides, index_vars
-from inductor.scheduler import walk_axis
+from inductor.scheduler import axis_balance
 from inductor.virtualized import ReadWritesHandler, V, ops
 
 SPLIT_TYPES = ("sum", "prod", "max", "min", "welford_mean", "welford_m2")
@@ -71,8 +71,7 @@ def walks_rows(value: Reduction) -> bool:
     handler = ReadWritesHandler()
     with V.set_ops_handler(handler):
         value.inner_fn(xs, rs)
-    axes = [walk_axis(index, xs, rs) for _, index in handler.reads]
-    return axes.count("x") > axes.count("r")
+    return axis_balance([index for _, index in handler.reads], xs, rs) > 0
 
 
 def _int(values: Sequence[Expr]) -> list[int] | None:

@@ -70,7 +70,7 @@ from inductor.codegen.triton import (
     interpreting,
     needs_int64_indices,
 )
-from inductor.scheduler import FusedGroup, space_symbols, walk_axis
+from inductor.scheduler import FusedGroup, axis_balance, space_symbols
 from inductor.virtualized import INDIRECT_PREFIX, V
 
 # Rows up to this many elements are reduced by persistent kernels (registers hold a row).
@@ -455,10 +455,9 @@ def is_outer_reduction(group: FusedGroup, buffers: dict[str, Any], removed: set[
     busy.
     """
     xsyms, rsyms = space_symbols(group.space)
-    axes = [walk_axis(index, xsyms, rsyms) for node in group.nodes
-            for name, index in node.accesses(group.space).reads
-            if name not in removed and name in buffers]
-    return axes.count("x") > axes.count("r")
+    return axis_balance([index for node in group.nodes
+                         for name, index in node.accesses(group.space).reads
+                         if name not in removed and name in buffers], xsyms, rsyms) > 0
 # --8<-- [end:outer-reductions]
 
 
