@@ -233,6 +233,6 @@ class Autotuner:
         sizes = args[len(self.kernel.args):]
         tiled = "YBLOCK" in config
         xnumel, ynumel = (sizes[1], sizes[0]) if tiled else (sizes[0], 1)
-        grid = (-(-xnumel // config["XBLOCK"]), -(-ynumel // config.get("YBLOCK", 1)))
+        grid = (-(-xnumel // config["XBLOCK"]), -(-ynumel // config.get("YBLOCK", 1)), 1)
         self.fn[grid](*args, **config)
 # --8<-- [end:autotuner]

@@ -16,6 +16,7 @@ It is also where values are realized into buffers; see [Note: realize].
 from __future__ import annotations
 
 import operator
+from collections.abc import Callable
 from typing import Any
 
 import sympy
@@ -49,14 +50,38 @@ from inductor.lowering import lowerings
 from inductor.split_reduction import split_reduction
 from inductor.virtualized import ReadWritesHandler, V
 
+RECOMPUTE_OPS = 30  # the most ops a value read from one narrower buffer is recomputed with
 
-def is_cheap(value: Pointwise) -> bool:
+
+def is_cheap(value: Pointwise, dtype_of: Callable[[str], torch.dtype | None] = lambda _: None
+             ) -> bool:
     """A body worth recomputing per user rather than storing: at most one load and one op
-    (constants are free)."""
+    (constants are free), or [Note: recompute rather than store wider]. ``dtype_of``: the
+    dtype of a buffer by name (None where unknown)."""
     handler = ReadWritesHandler()
     with V.set_ops_handler(handler):
         value.inner_fn(index_vars(value.ranges))
-    return len(handler.reads) <= 1 and handler.op_count <= 1
+    if len(handler.reads) <= 1 and handler.op_count <= 1:
+        return True
+    names = {name for name, _ in handler.reads}
+    if len(names) != 1 or handler.op_count > RECOMPUTE_OPS or "indirect" in handler.op_names:
+        return False
+    read = dtype_of(names.pop())
+    return read is not None and value.dtype.itemsize > read.itemsize
+
+
+# --8<-- [start:store-wider]
+# [Note: recompute rather than store wider]
+# A value with several users is stored once and read by each (``realize``), unless its body
+# is trivial. One more kind is recomputed instead: a value computed from a single buffer that
+# is narrower than the value itself, as when bfloat16 is upcast to float32 for the math.
+# GPT-2's tanh GELU is the case. Its backward, for each layer, needs ``x * x`` and
+# ``tanh(...)`` of the saved pre-activation ``x`` (bfloat16), in two kernels on either side
+# of a matmul; stored, each is a float32 tensor written once and read once: 8 bytes per
+# element per value, where reading ``x`` again costs 2 (and nothing, in a kernel that reads
+# ``x`` anyway). Up to ``RECOMPUTE_OPS`` ops are repeated per user: kernels that are limited
+# by memory have the arithmetic to spare. A gather (an indirect load) is never repeated.
+# --8<-- [end:store-wider]
 
 
 def _aligned_args() -> dict[Any, int]:
@@ -99,6 +124,10 @@ class GraphLowering(torch.fx.Interpreter):
     def new_name(self) -> str:
         self.buffer_count += 1
         return f"buf{self.buffer_count - 1}"
+
+    def dtype_of(self, name: str) -> torch.dtype | None:
+        buffer = self.buffer_by_name.get(name)
+        return buffer.get_dtype() if buffer is not None else None
 
     def realize(self, value: Any, layout: Layout | None = None) -> Any:
         """Give a Pointwise or Reduction value memory of its own (row-major unless ``layout``
@@ -155,7 +184,8 @@ class GraphLowering(torch.fx.Interpreter):
         if isinstance(result, Reduction):
             # always realized: see Reduction's docstring; [Note: split reductions]
             result = self.realize(split_reduction(result, self.realize) or result)
-        elif isinstance(result, Pointwise) and many_users and not is_cheap(result):
+        elif isinstance(result, Pointwise) and many_users and not is_cheap(result,
+                                                                           self.dtype_of):
             result = self.realize(result)  # [Note: realize]
         elif isinstance(result, Scatter):
             result = self.realize_scatter(result)

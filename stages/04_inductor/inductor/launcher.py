@@ -36,18 +36,69 @@ from __future__ import annotations
 
 import concurrent.futures
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 
 
-def _key(args: tuple, options: dict[str, Any]) -> tuple:
-    """[Note: direct launches]: per tensor its dtype and 16-byte alignment, per int its value
-    (an int stands for itself: the common case, and the cheapest), per other value its type
-    and value; then the options."""
-    return (*[(a.dtype, not a.data_ptr() & 15) if isinstance(a, torch.Tensor) else
-              a if type(a) is int else (type(a), a) for a in args], *options.items())
+def _key_and_pointers(args: tuple, options: dict[str, Any]) -> tuple[tuple, list]:
+    """The variant's key ([Note: direct launches]: per tensor its dtype and 16-byte
+    alignment, per int its value, per other value its type and value, then the options) and
+    the arguments as the C launcher takes them, each tensor as its address
+    ([Note: addresses, not tensors]). One loop makes both: each tensor is asked for its
+    address once."""
+    key: list[Any] = []
+    pointers: list[Any] = []
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            address = a.data_ptr()
+            key.append((a.dtype, not address & 15))
+            pointers.append(address)
+        else:
+            key.append(a if type(a) is int else (type(a), a))
+            pointers.append(a)
+    return (*key, *options.items()), pointers
+
+
+# --8<-- [start:addresses]
+# [Note: addresses, not tensors]
+# Triton's C launcher accepts a pointer argument as a tensor or as an int. Given a tensor it
+# calls ``data_ptr()`` and then asks the CUDA driver (``cuPointerGetAttribute``) whether the
+# address is device memory, to raise a clear error for a CPU tensor: one driver call per
+# pointer per launch, and our kernels take up to a dozen pointers. Given an int it takes the
+# value as it is. The direct path passes ints: it only runs for a key that Triton's own path
+# launched before, every buffer of a compiled graph lives on the graph's device (dynamo
+# guards the inputs' device, the wrapper allocates the rest there), and the key needs each
+# address anyway for its alignment bit. Triton's launcher object (``CudaLauncher`` in 3.6)
+# is a Python ``__call__`` that allocates scratch memory for the kernels that need some and
+# then calls the C function ``launch``; for a variant that needs none we call ``launch``
+# ourselves. Both skips are checked per variant, when it is stored: a Triton whose launcher
+# looks different, or a Triton other than the 3.6 whose argument order this follows, keeps
+# its own ``run``. The wrapper helps as well: a kernel over static
+# sizes is launched with its grid as a constant, ``kernel[(8712, 1, 1)](...)``, instead of a
+# ``grid(...)`` lambda that every launch called with its options.
+# --8<-- [end:addresses]
+def _direct_call(compiled: Any) -> tuple[Callable[..., Any], tuple]:
+    """(function, the arguments between the stream and the kernel's own): the C ``launch``
+    where the variant needs no scratch memory, else the variant's ``run``."""
+    run = compiled.run
+    head = (compiled.function, compiled.packed_metadata, None, None, None)
+    if (_c_launch_known() and callable(getattr(run, "launch", None))
+            and getattr(run, "global_scratch_size", 1) == 0
+            and getattr(run, "profile_scratch_size", 1) == 0
+            and hasattr(run, "launch_cooperative_grid") and hasattr(run, "launch_pdl")):
+        return run.launch, (compiled.function, run.launch_cooperative_grid, run.launch_pdl,
+                            None, None, *head[1:])  # (no global, no profile scratch)
+    return run, head
+
+
+def _c_launch_known() -> bool:
+    """Whether this Triton's C ``launch`` takes its arguments in the order ``_direct_call``
+    passes them (read from Triton 3.6's ``backends/nvidia/driver.py``)."""
+    import triton
+
+    return triton.__version__.startswith("3.6.")
 
 
 class Launcher:
@@ -57,7 +108,9 @@ class Launcher:
         from triton import knobs
 
         self.fn = fn
-        self.variants: dict[tuple, tuple[Any, list[Any]]] = {}  # key -> (compiled, constexprs)
+        # key -> (launch function, its arguments before the kernel's, the constexprs, the
+        # compiled variant)
+        self.variants: dict[tuple, tuple[Any, tuple, list[Any], Any]] = {}
         self.grid: Any = None
         self.names = [p.name for p in getattr(fn, "params", [])]  # parameters, in order
         self.runtime_knobs = knobs.runtime
@@ -69,17 +122,17 @@ class Launcher:
         return self
 
     def __call__(self, *args: Any, **options: Any) -> Any:
-        grid, key = self.grid, _key(args, options)
+        grid = self.grid
+        key, pointers = _key_and_pointers(args, options)
         found = self.variants.get(key)
         knobs = self.runtime_knobs
         if found is None or _hooked(knobs.launch_enter_hook) or _hooked(knobs.launch_exit_hook):
             return self._first_launch(grid, key, args, options)  # (hooks want Triton's path)
-        compiled, rest = found
-        g = grid(options) if callable(grid) else grid
-        stream = self.stream_of(self.current_device())
-        compiled.run(g[0], g[1] if len(g) > 1 else 1, g[2] if len(g) > 2 else 1, stream,
-                     compiled.function, compiled.packed_metadata, None, None, None,
-                     *args, *rest)
+        launch, head, rest, compiled = found
+        g = grid(options) if callable(grid) else grid  # the wrapper's grids are (x, y, z)
+        if len(g) != 3:
+            g = (*g, 1, 1)[:3]
+        launch(*g, self.stream_of(self.current_device()), *head, *pointers, *rest)
         return compiled
 
     def _first_launch(self, grid: Any, key: tuple, args: tuple, options: dict) -> Any:
@@ -94,7 +147,8 @@ class Launcher:
                 self.current_device = driver.active.get_current_device
             # the parameters after the positional ones are the constexprs (XBLOCK, ...):
             # the launcher takes every parameter in order and skips the constexprs itself
-            self.variants[key] = (compiled, [options[n] for n in rest_names])
+            self.variants[key] = (*_direct_call(compiled), [options[n] for n in rest_names],
+                                  compiled)
         return compiled
 
 

@@ -60,7 +60,7 @@ def kernel_text(compiled):
 
 def launches(compiled):
     return [line for r in compiled.graphs for line in r.artifacts["wrapper"].splitlines()
-            if "[grid(" in line]
+            if "num_warps=" in line]  # kernel[grid](args, XBLOCK=..., num_warps=...)
 
 
 def gelu_bias(x, b):

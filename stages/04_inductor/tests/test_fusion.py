@@ -36,6 +36,35 @@ def test_shared_value_is_fused_and_never_allocated(target):
 
 
 @pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_a_value_wider_than_its_one_input_is_recomputed_not_stored(target, dtype):
+    """[Note: recompute rather than store wider]: ``tanh`` of an upcast bfloat16 input, read
+    on both sides of a matmul, is computed again in each kernel; from a float32 input (no
+    narrower to read again) it is stored once and read back."""
+    x, w = torch.randn(8, 16).to(dtype), torch.randn(16, 16).to(dtype)
+
+    def fn(p, a, b):
+        up = p.convert_element_type(a, torch.float32)
+        t = p.tanh(p.mul(up, p.scalar(0.5, up)))
+        before = p.convert_element_type(p.add(t, p.scalar(1.0, t)), dtype)
+        product = p.call(torch.ops.aten.mm.default, before, b)  # between the users of t
+        after = p.mul(p.convert_element_type(product, torch.float32), t)
+        return (after,)
+
+    compiled, (out,) = compile_and_run(fn, [x, w], target)
+    t = torch.tanh(x.float() * 0.5)
+    want = ((t + 1).to(dtype) @ w).float() * t
+    assert_close(out, want, atol=5e-2, rtol=5e-2)
+    tanh_kernels = [k for k in compiled.artifacts if k.startswith("kernels/") and
+                    "tanh" in k]  # (a kernel is named after the ops it computes)
+    stored = compiled.artifacts["loop_ir"].count(": ComputedBuffer")
+    if dtype == torch.bfloat16:
+        assert len(tanh_kernels) == 2 and stored == 2  # (1 + t) for the matmul, the result
+    else:
+        assert len(tanh_kernels) == 1 and stored == 3  # t itself as well
+
+
+@pytest.mark.parametrize("target", TARGETS)
 def test_transposed_read_of_a_buffer_is_not_fused(target):
     x = torch.randn(4, 4)
 

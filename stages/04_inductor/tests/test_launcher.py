@@ -24,18 +24,21 @@ class JitFn:
 
     params = [type("P", (), {"name": n}) for n in ("in_ptr0", "out_ptr0", "xnumel", "XBLOCK")]
 
-    def __init__(self):
-        self.slow = []
+    def __init__(self, run=None):
+        self.slow, self.run = [], run  # run: the launcher object each variant gets
 
     def __getitem__(self, grid):
         def launch(*args, **options):
             self.slow.append((grid(options), args, options))
-            return Compiled(len(self.slow))
+            compiled = Compiled(len(self.slow))
+            if self.run is not None:
+                compiled.run = self.run
+            return compiled
         return launch
 
 
-def make():
-    fn = JitFn()
+def make(run=None):
+    fn = JitFn(run)
     launch = launcher.Launcher(fn)
     launch.current_device = lambda: 0  # what the first GPU launch would look up
     launch.stream_of = lambda device: 1234
@@ -55,7 +58,42 @@ def test_second_launch_is_direct_with_constexprs_appended():
     assert again is first and len(fn.slow) == 1
     (call,) = first.calls
     assert call[:7] == (2, 1, 1, 1234, "fn1", "meta", None)
-    assert call[9:] == (x, out, 64, 32)  # every parameter, the constexpr XBLOCK last
+    # every parameter, a tensor as its address ([Note: addresses, not tensors]), the
+    # constexpr XBLOCK last
+    assert call[9:] == (x.data_ptr(), out.data_ptr(), 64, 32)
+
+
+class CudaLauncherLike:
+    """Triton 3.6's ``CudaLauncher``: a Python ``__call__`` around the C ``launch``."""
+
+    def __init__(self, scratch):
+        self.global_scratch_size, self.profile_scratch_size = scratch, 0
+        self.launch_cooperative_grid, self.launch_pdl = False, True
+        self.calls, self.launches = [], []
+
+    def __call__(self, *args):
+        self.calls.append(args)
+
+    def launch(self, *args):
+        self.launches.append(args)
+
+
+@pytest.mark.parametrize("scratch", [0, 128])
+def test_the_c_launch_is_called_directly_unless_the_variant_needs_scratch(scratch, monkeypatch):
+    monkeypatch.setattr(launcher, "_c_launch_known", lambda: True)  # (any installed Triton)
+    run = CudaLauncherLike(scratch)
+    fn, launch = make(run)
+    x = torch.zeros(64)
+    launch[grid(64)](x, x, 64, XBLOCK=32)  # Triton's path
+    launch[grid(64)](x, x, 64, XBLOCK=32)
+    launch[(7, 1, 1)](x, x, 64, XBLOCK=32)  # a static grid, as the wrapper writes it
+    if scratch:  # Triton's __call__ allocates the scratch memory
+        assert run.launches == [] and len(run.calls) == 2
+        return
+    assert run.calls == []
+    head = (1234, "fn1", False, True, None, None, "meta", None, None, None)
+    assert run.launches == [(2, 1, 1, *head, x.data_ptr(), x.data_ptr(), 64, 32),
+                            (7, 1, 1, *head, x.data_ptr(), x.data_ptr(), 64, 32)]
 
 
 @pytest.mark.parametrize("change", ["misaligned", "dtype", "size", "options"])
@@ -202,3 +240,24 @@ def test_first_call_on_the_gpu_compiles_every_kernel_before_launching(monkeypatc
     for got, want in zip(compiled(x, y), f(x, y)):
         torch.testing.assert_close(got, want)
     assert len(warmups) >= 2 and all(warmups)
+
+
+def test_static_sizes_launch_with_a_constant_grid_and_symbolic_ones_with_grid():
+    """The wrapper works a static kernel's grid out once, as ``(x, y, z)`` programs; a
+    kernel over symbolic sizes keeps ``grid(...)``, evaluated at the launch. Both run."""
+    import driver
+
+    def f(x):
+        return (x.sin() * 2).cos()
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    x = torch.randn(3000, device=device)
+    compiled = driver.compile(f, options={"target": "triton"})
+    torch.testing.assert_close(compiled(x), f(x))
+    text = compiled.graphs[0].artifacts["wrapper"].split("def call")[1]
+    assert "[(3, 1, 1)](arg0, buf0, 3000, XBLOCK=1024" in text
+    dynamic = driver.compile(f, options={"target": "triton"}, dynamic=True)
+    for n in (3000, 17):
+        torch.testing.assert_close(dynamic(x[:n]), f(x[:n]))
+    text = dynamic.graphs[0].artifacts["wrapper"].split("def call")[1]
+    assert "[grid(s0)](" in text

@@ -44,9 +44,10 @@ linear = torch.nn.functional.linear
 
 
 def grid(xnumel, ynumel=1):
-    """Triton launch grid: one program per XBLOCK elements (per YBLOCK x XBLOCK tile)."""
+    """Triton launch grid over symbolic sizes: one program per XBLOCK elements (per
+    YBLOCK x XBLOCK tile). Static sizes get their grid as a constant (x, y, z)."""
     return lambda meta: ((xnumel + meta["XBLOCK"] - 1) // meta["XBLOCK"],
-                         (ynumel + meta.get("YBLOCK", 1) - 1) // meta.get("YBLOCK", 1))
+                         (ynumel + meta.get("YBLOCK", 1) - 1) // meta.get("YBLOCK", 1), 1)
 
 
 def reinterpret(t, size, stride, offset):
@@ -82,6 +83,18 @@ def _sizes(values: list[sympy.Expr]) -> tuple:
     if all(sympy.sympify(v).is_Integer for v in values):
         return tuple(int(v) for v in values)
     return Sizes(sympy.sympify(v) for v in values)
+
+
+def launch_grid(kernel: Any) -> str:
+    """The grid a Triton launch is written with: ``(x, y, z)`` programs when the sizes are
+    static (worked out here, once, rather than by a lambda at every launch), else
+    ``grid(xnumel, ynumel)``, which the launch evaluates with the kernel's block sizes."""
+    sizes = kernel.grid_args()
+    if not all(isinstance(n, (int, sympy.Integer)) for n in sizes):
+        return f"grid({', '.join(map(pexpr, sizes))})"
+    blocks = [kernel.launch["XBLOCK"], kernel.launch.get("YBLOCK", 1)]
+    programs = [-(-int(n) // block) for n, block in zip(sizes, blocks)]
+    return f"({programs[0]}, {programs[1] if len(programs) > 1 else 1}, 1)"
 
 
 def literal(value: Any, constants: dict[str, Any]) -> str:
@@ -158,8 +171,7 @@ class WrapperCodeGen:
                               f"{len(kernel.configs)} configs")
         elif self.target == "triton":
             launch = ", ".join(f"{k}={v}" for k, v in kernel.launch.items())
-            grid = ", ".join(map(pexpr, kernel.grid_args()))
-            self.lines.append(f"    {kernel.name}[grid({grid})]({args}, {launch})")
+            self.lines.append(f"    {kernel.name}[{launch_grid(kernel)}]({args}, {launch})")
         else:
             ptrs = [f"{a}.data_ptr()" for a in kernel.args]
             self.lines.append(f"    {kernel.name}({', '.join(ptrs + kernel_sizes)})")
