@@ -83,9 +83,10 @@ def test_epilogue_fuses_into_the_second_reduction(target):
 def test_choose_splits_for_column_sums():
     """[Note: split column sums]: 16+ outputs a program, so more rows before splitting."""
     assert sr.choose_splits(768, 8192) == 1  # rows enough for a row sum ...
-    assert sr.choose_splits(768, 8192, outer=True) == 8  # ... 48 programs as a column sum
-    assert sr.choose_splits(4096, 4096, outer=True) == 1  # 256 programs already
-    assert sr.choose_splits(768, 1536, outer=True) == 1  # halves below the smallest chunk
+    assert sr.choose_splits(768, 8192, outer=True) == 32  # ... 24 programs as a column sum
+    assert sr.choose_splits(4096, 4096, outer=True) == 8  # 128 programs: more
+    assert sr.choose_splits(32768, 4096, outer=True) == 1  # 1024 programs already
+    assert sr.choose_splits(768, 384, outer=True) == 1  # halves below the smallest chunk
 
 
 @pytest.mark.parametrize("target", TARGETS)
@@ -93,7 +94,7 @@ def test_choose_splits_for_column_sums():
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_column_sums_split_with_the_chunk_outermost(target, kind, dtype):
     """A layer norm's weight gradient: [8192, 96] summed over its rows. The partials are
-    [8, 96] (chunk first, so a program's outputs stay neighbours) and the result matches
+    [32, 96] (chunk first, so a program's outputs stay neighbours) and the result matches
     eager's."""
     torch.manual_seed(0)
     x = (torch.randn(8192, 96) + 3).to(dtype)
@@ -105,7 +106,7 @@ def test_column_sums_split_with_the_chunk_outermost(target, kind, dtype):
 
     compiled, outs = compile_and_run(fn, [x], target)
     loop_ir = compiled.artifacts["loop_ir"]
-    assert "[8, 96], index=[i0, i1], reduction_ranges=[1024]" in loop_ir, loop_ir
+    assert "[32, 96], index=[i0, i1], reduction_ranges=[256]" in loop_ir, loop_ir
     x64 = x.double()
     want = [x64.sum(0)] if kind == "sum" else [x64.mean(0), x64.var(0, correction=0) * 8192]
     tol = 2e-2 if dtype == torch.bfloat16 else 1e-4
@@ -138,6 +139,24 @@ def test_column_sums_use_the_outer_reduction_tile(shape, monkeypatch):
     compiled, (out,) = compile_and_run(lambda p, a: (p.sum(a, [0]),), [x], "triton")
     assert "triton_red_" in compiled.artifacts["wrapper"]
     persistent, xblock, _, _ = launch_config(shape[1], shape[0], 4, outer=True)
-    assert not persistent and xblock >= 16
+    assert not persistent and xblock == 32
     assert f"XBLOCK={xblock}" in compiled.artifacts["wrapper"]
     assert_close(out, x.sum(0), rtol=1e-5, atol=1e-4)
+
+
+def test_loads_that_stay_put_along_a_row_do_not_make_a_column_sum(monkeypatch):
+    """[Note: a load that stays put]: ``sum_j a[i, j] * b[i] + c[i]`` reads ``b`` and ``c``
+    once a row; only ``a`` moves with the reduction, along it, so this is a row sum: the
+    whole row in one tile, not the column-sum tile."""
+    monkeypatch.setenv("MINIPT2_TUNE_REDUCTIONS", "0")
+    a, b, c = torch.randn(256, 512), torch.randn(256), torch.randn(256)
+
+    def fn(p, x, y, z):
+        per_row = p.add(p.mul(x, p.bcast(p.reshape(y, [256, 1]), [256, 512])),
+                        p.bcast(p.reshape(z, [256, 1]), [256, 512]))
+        return (p.sum(per_row, [1]),)
+
+    compiled, (out,) = compile_and_run(fn, [a, b, c], "triton")
+    assert compiled.kernel_count == 1  # enough rows: not split, as a column sum would be
+    assert "RBLOCK=512" in compiled.artifacts["wrapper"]
+    assert_close(out, (a * b[:, None] + c[:, None]).sum(1), rtol=1e-4, atol=1e-3)

@@ -77,6 +77,7 @@ from inductor.virtualized import INDIRECT_PREFIX, V
 PERSISTENT_MAX = int(os.environ.get("MINIPT2_TRITON_PERSISTENT_MAX", "8192"))
 LOOP_RBLOCK = int(os.environ.get("MINIPT2_TRITON_LOOP_RBLOCK", "2048"))
 TILE_ELEMENTS = 4096  # XBLOCK * RBLOCK a program aims for in a persistent kernel
+OUTER_XBLOCK, OUTER_RBLOCK = 32, 32  # a column sum's tile ([Note: outer reductions])
 
 ANY_ROW_INTERP = '''
 def any_row(flags):
@@ -428,8 +429,8 @@ def launch_config(numel: int, rnumel: int, itemsize: int = 4, outer: bool = Fals
     """
     rblock = 1 << max(0, rnumel - 1).bit_length()
     if outer:  # [Note: outer reductions]
-        xblock = min(64, max(16, 1 << max(0, (numel // 256).bit_length() - 1)))
-        return False, xblock, min(rblock, TILE_ELEMENTS // xblock), 4
+        return False, min(OUTER_XBLOCK, 1 << max(0, numel - 1).bit_length()), \
+            min(rblock, OUTER_RBLOCK), 4
     persistent = rblock <= PERSISTENT_MAX
     if not persistent:
         rblock = LOOP_RBLOCK
@@ -449,15 +450,16 @@ def is_outer_reduction(group: FusedGroup, buffers: dict[str, Any], removed: set[
     ``x.sum(0)`` of a row-major [4096, 4096] matrix reduces columns: the reduced elements of
     one output are 16 KiB apart, and neighbouring outputs are neighbours in memory. With the
     usual tile (few rows, long r) every load would touch one element per 32-byte sector.
-    Instead such a kernel takes 16 to 64 outputs per program and a short, looped r: a tile
-    row of ``XBLOCK`` neighbours is one coalesced load (Triton orders a tile's threads along
-    the axis its addresses are contiguous in), and ``numel / XBLOCK`` programs keep the GPU
-    busy.
+    Instead such a kernel takes 32 outputs per program and a short, looped r (32 elements a
+    step): a tile row of ``XBLOCK`` neighbours is one coalesced load (Triton orders a tile's
+    threads along the axis its addresses are contiguous in), and ``numel / XBLOCK`` programs,
+    after [Note: split column sums], keep the GPU busy.
     """
     xsyms, rsyms = space_symbols(group.space)
     return axis_balance([index for node in group.nodes
                          for name, index in node.accesses(group.space).reads
-                         if name not in removed and name in buffers], xsyms, rsyms) > 0
+                         if name not in removed and name in buffers], xsyms, rsyms,
+                        moving_only=True) > 0
 # --8<-- [end:outer-reductions]
 
 
