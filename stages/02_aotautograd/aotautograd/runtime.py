@@ -25,6 +25,14 @@ running the graphs. What the trace fixed (which outputs are plain graph outputs,
 geometry of a static alias, where each gradient goes) is worked out once, when the runtime
 is made; a program with no epilogue returns the graph's outputs as they are.
 
+[Note: no zeros for gradients nobody sent] By default autograd hands a Function's backward
+a tensor of zeros for every output that got no gradient, including the outputs marked
+non-differentiable. Ours has one such output per mutated input (the new running statistics
+of every BatchNorm: 15 in the benchmark convnet), so each backward allocated and filled 15
+zero tensors, and launched a kernel for each, that nothing read. The Function turns that off
+(``set_materialize_grads(False)``) and makes zeros itself only for a differentiable output
+whose gradient is missing (an output the loss does not use), which the backward graph needs.
+
 [Note: what backward cannot do] The backward graph is not itself differentiable, so a
 backward asked to build a graph of its own (``create_graph=True``, the first step of a
 double backward) raises a RuntimeError instead of returning gradients that silently have no
@@ -132,13 +140,20 @@ def make_training_runtime(program: Program, partition: Partition, compiled_fw: C
             ctx.saved_sizes = [v if isinstance(v, int) else None for v in saved]
             results = outputs[:num_outputs]
             ctx.mark_non_differentiable(*[results[i] for i in no_tangent])
+            # [Note: no zeros for gradients nobody sent]
+            ctx.set_materialize_grads(False)
+            ctx.tangent_like = [(results[i].shape, results[i].dtype, results[i].device)
+                                for i in program.differentiable]
             return results
 
         @staticmethod
         def backward(ctx, *grad_outputs):
             if torch.is_grad_enabled():  # create_graph=True; see [Note: what backward cannot do]
                 raise RuntimeError(DOUBLE_BACKWARD)
-            tangents = [grad_outputs[i].contiguous() for i in program.differentiable]
+            tangents = [grad_outputs[i].contiguous() if grad_outputs[i] is not None else
+                        torch.zeros(shape, dtype=dtype, device=device)
+                        for i, (shape, dtype, device) in zip(program.differentiable,
+                                                             ctx.tangent_like)]
             tensors = iter(ctx.saved_tensors)
             saved = [next(tensors) if v is None else v for v in ctx.saved_sizes]
             with torch._C._DisableAutocast():

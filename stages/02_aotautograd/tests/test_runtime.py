@@ -105,6 +105,37 @@ def test_mutated_input_and_graph_outputs_with_autograd():
     torch.testing.assert_close(x.grad, 2 * x.detach())
 
 
+def test_no_zeros_are_made_for_outputs_without_a_gradient():
+    """[Note: no zeros for gradients nobody sent]: BatchNorm's new running statistics are
+    outputs of the forward graph that no gradient reaches; autograd must not fill zeros for
+    them at every backward. An output the loss does not use still gets its zeros (the
+    backward graph reads them), and the gradients match eager's."""
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.bn = nn.BatchNorm1d(6)
+
+        def forward(self, x):
+            y = self.bn(x)
+            return y.sum(), y * 2  # the second output: unused by the loss below
+
+    torch.manual_seed(0)
+    net, ref = Net(), Net()
+    x = torch.randn(8, 6, requires_grad=True)
+    compiled = compile_module(net, [x])
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        loss, _ = compiled(x)
+        loss.backward()
+    zeros = [e for e in prof.events() if e.name == "aten::zeros"]
+    assert len(zeros) == 1  # the unused output's (4 with the running statistics' three)
+    x_ref = x.detach().clone().requires_grad_()
+    ref(x_ref)[0].backward()
+    torch.testing.assert_close(x.grad, x_ref.grad)
+    torch.testing.assert_close(net.bn.weight.grad, ref.bn.weight.grad)
+    torch.testing.assert_close(net.bn.running_mean, ref.bn.running_mean)
+
+
 @pytest.mark.xfail(strict=True, reason="known bug: the copy-back into a mutated input bumps "
                    "its version after the forward saved it for backward")
 def test_mutated_input_used_by_backward():
