@@ -10,7 +10,8 @@ or with ``--frontend fx`` ``torch.fx.symbolic_trace`` + ``inductor.compile_fx``,
 skips our dynamo) and ``torch.compile`` as the peer. Reported per row: warm median times
 (``triton.testing.do_bench`` on CUDA; on CPU the median wall clock of
 interleaved rounds, so a shared machine's load hits all three alike), both speedups over eager,
-first-call (compile) seconds, max relative error vs eager, minipt2's kernel count, and the
+first-call (compile) seconds (after each compiler has compiled a throwaway function once:
+``common.warm_up_compilers``), max relative error vs eager, minipt2's kernel count, and the
 achieved bandwidth (bytes a perfect kernel moves / time) against the device's measured copy
 bandwidth. Rows go to a JSON file and a table; the geomean speedups come last.
 
@@ -41,7 +42,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_models  # noqa: E402
 import models  # noqa: E402
 import workloads  # noqa: E402
-from common import first_call, geomean, rel_error, sync, time_interleaved  # noqa: E402, F401
+from common import (  # noqa: E402, F401
+    first_call,
+    geomean,
+    rel_error,
+    sync,
+    time_interleaved,
+    warm_up_compilers,
+)
 
 from driver.timing import time_ms  # noqa: E402
 
@@ -185,13 +193,15 @@ def main(argv: list[str] | None = None) -> list[dict]:
     names = args.workloads.split(",") if args.workloads else SUITES[args.suite]
     micro = any(name not in models.NAMES for name in names)
     copy_gbs = copy_bandwidth(device) if micro else None
+    warm_up_compilers(device, args.target, peer=not args.no_torch_compile)
     rows = run_rows(args, names, copy_gbs)
     out = Path(args.out or ROOT / "benchmarks" / "results" / f"{args.suite}-{device}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     meta = {"device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
             "target": args.target, "size": args.size, "mode": args.mode,
             "torch": torch.__version__, "copy_gbs": copy_gbs, "argv": sys.argv,
-            "cpus": os.cpu_count()}
+            "cpus": os.cpu_count(),
+            "first_calls": "after a throwaway compile by each compiler (warm_up_compilers)"}
     out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
     print(report(rows, copy_gbs))
     return rows
