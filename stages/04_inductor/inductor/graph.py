@@ -53,8 +53,7 @@ from inductor.virtualized import ReadWritesHandler, V
 RECOMPUTE_OPS = 30  # the most ops a value read from one narrower buffer is recomputed with
 
 
-def is_cheap(value: Pointwise, dtype_of: Callable[[str], torch.dtype | None] = lambda _: None
-             ) -> bool:
+def is_cheap(value: Pointwise, dtype_of: Callable[[str], torch.dtype | None]) -> bool:
     """A body worth recomputing per user rather than storing: at most one load and one op
     (constants are free), or [Note: recompute rather than store wider]. ``dtype_of``: the
     dtype of a buffer by name (None where unknown)."""

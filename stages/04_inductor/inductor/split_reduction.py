@@ -62,11 +62,12 @@ def choose_splits(numel: int, rnumel: int, outer: bool = False) -> int:
 # --8<-- [start:split-column-sums]
 # [Note: split column sums]
 # A column sum (the weight and bias gradients of GPT-2's layer norms: [8192, 768] summed over
-# its 8192 rows) has plenty of rows by the count above, but its kernel takes 16 of them a
-# program, so 768 outputs are 48 programs for 132 multiprocessors, each walking 8192 rows:
-# 0.09 ms for 25 MiB on the H100, a fifth of copy bandwidth. It splits like a row sum, into
-# partials laid out [S, numel] (the split index outermost), so that a program's neighbouring
-# outputs are still neighbours in memory and the partial kernel is a column sum too.
+# its 8192 rows) has plenty of rows by the count above, but its kernel takes many outputs a
+# program (16 at first), so 768 outputs were 48 programs for 132 multiprocessors, each
+# walking 8192 rows: 0.09 ms for 25 MiB on the H100, a fifth of copy bandwidth. It splits
+# like a row sum, into partials laid out [S, numel] (the split index outermost), so that a
+# program's neighbouring outputs are still neighbours in memory and the partial kernel is a
+# column sum too.
 # How far to split, and the tile, were measured on the H200 (GPU time of the kernels per
 # call). GPT-2's bias gradients, [8192, 3072] and [8192, 2304] in bfloat16, took 36.3 and
 # 16.7 us with 16 outputs a program and a target of 8,192 rows (2 chunks each), where
