@@ -136,6 +136,47 @@ def test_no_zeros_are_made_for_outputs_without_a_gradient():
     torch.testing.assert_close(net.bn.running_mean, ref.bn.running_mean)
 
 
+@pytest.mark.parametrize("grad", [False, True])
+def test_copy_backs_of_mixed_dtypes_are_grouped(grad):
+    """[Note: one copy for all running statistics]: two BatchNorms write six buffers of
+    two dtypes (float32 statistics, int64 batch counts) and a plain function writes a
+    strided view; every buffer gets eager's value, with one ``_foreach_copy_`` per dtype
+    (two calls, no per-buffer ``copy_``), at the first call and the ones after."""
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = nn.BatchNorm1d(6), nn.BatchNorm1d(6, momentum=0.3)
+
+        def forward(self, x):
+            return (self.b(self.a(x)).square().sum(),)
+
+    torch.manual_seed(0)
+    net, ref = Net(), Net()
+    x = torch.randn(8, 6, requires_grad=grad)
+    compiled = compile_module(net, [x])
+    for step in range(3):
+        x = torch.randn(8, 6, requires_grad=grad)
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            compiled(x)
+        ref(x.detach())
+        top = [e.name for e in prof.events() if e.cpu_parent is None
+               or e.cpu_parent.name == "CompiledFunction"]  # the runtime's own calls
+        assert top.count("aten::_foreach_copy_") == 2 and "aten::copy_" not in top, top
+        for (name, got), want in zip(net.named_buffers(), ref.buffers()):
+            torch.testing.assert_close(got, want, msg=f"step {step}: {name}")
+
+    def fn(x, base):
+        base[:, ::2].add_(x)
+        return (x.sum(),)
+
+    base = torch.zeros(3, 6)
+    compiled = compile_module(fn, [torch.ones(3, 3), base.clone()])
+    compiled(torch.ones(3, 3), base)
+    torch.testing.assert_close(base[:, ::2], torch.ones(3, 3))
+    assert not base[:, 1::2].any()
+
+
 @pytest.mark.xfail(strict=True, reason="known bug: the copy-back into a mutated input bumps "
                    "its version after the forward saved it for backward")
 def test_mutated_input_used_by_backward():
