@@ -165,7 +165,9 @@ def compile_fx_inner(prims_gm: torch.fx.GraphModule, example_inputs: list[Any], 
         jobs = precompile_jobs(kernels.values(), namespace, graph, tuned)
         clock.lap(f"compiling {precompile(jobs)} Triton variants on threads")
     if target == "triton" and direct_launches():  # [Note: direct launches]
-        namespace.update({k.name: Launcher(namespace[k.name]) for k in kernels.values()})
+        pointers = fixed_dtype_pointers(kernels.values(), graph)
+        namespace.update({k.name: Launcher(namespace[k.name], pointers.get(k.name))
+                          for k in kernels.values()})
     autotuners = {k.name: Autotuner(namespace[k.name], k) for k in kernels.values()
                   if k.name in tuned}
     namespace.update(autotuners)
@@ -201,6 +203,19 @@ def precompile_jobs(kernels: Any, namespace: dict[str, Any], graph: GraphLowerin
             jobs[kernel.name, args, tuple(config.items())] = (namespace[kernel.name], args,
                                                               dict(config))
     return list(jobs.values())  # (a kernel shared by equal loops: once per variant)
+
+
+def fixed_dtype_pointers(kernels: Any, graph: GraphLowering) -> dict[str, int]:
+    """Kernel name -> how many buffers it takes, for the kernels that every launch in the
+    wrapper passes buffers of the same dtypes ([Note: keys without dtypes] in launcher.py)."""
+    signatures: dict[str, set[tuple | None]] = {}
+    for kernel in kernels:
+        buffers = [graph.buffer_by_name.get(name) for name in kernel.args]
+        signature = None if None in buffers else tuple(b.get_dtype() for b in buffers)
+        signatures.setdefault(kernel.name, set()).add(signature)
+    counts = {kernel.name: len(kernel.args) for kernel in kernels}
+    return {name: counts[name] for name, found in signatures.items()
+            if len(found) == 1 and None not in found}
 
 
 class Stopwatch:

@@ -114,6 +114,53 @@ def test_a_different_specialization_takes_tritons_path(change):
     assert len(fn.slow) == 2
 
 
+@pytest.mark.parametrize("change", ["misaligned", "size", "options", None])
+def test_keys_without_dtypes_still_tell_specializations_apart(change):
+    """[Note: keys without dtypes]: a launcher told its kernel takes 2 buffers of fixed
+    dtypes keys on their addresses modulo 16, the sizes and the options."""
+    fn = JitFn()
+    launch = launcher.Launcher(fn, pointers=2)
+    launch.current_device, launch.stream_of = (lambda: 0), (lambda device: 1234)
+    base = torch.zeros(65)
+    args, options = [base[:64], torch.zeros(64), 64], {"XBLOCK": 32}
+    first = launch[grid(64)](*args, **options)
+    if change == "misaligned":
+        args[0] = base[1:]
+    elif change == "size":
+        args[2] = 63
+    elif change == "options":
+        options = {"XBLOCK": 16}
+    else:  # the same specialization, other buffers: a direct launch with their addresses
+        args[:2] = [torch.zeros(64), torch.zeros(64)]
+    launch[grid(64)](*args, **options)
+    assert len(fn.slow) == (1 if change is None else 2)
+    if change is None:
+        (call,) = first.calls
+        assert call[9:] == (args[0].data_ptr(), args[1].data_ptr(), 64, 32)
+
+
+def test_wrapper_kernels_get_keys_without_dtypes_only_when_dtypes_are_fixed():
+    """``fixed_dtype_pointers``: a kernel launched by two wrapper lines with buffers of
+    different dtypes keeps the full key; one whose lines agree gets its buffer count."""
+    import importlib
+
+    from inductor.codegen.triton import KernelSource
+
+    compile_fx = importlib.import_module("inductor.compile_fx")
+    dtypes = {"a": torch.float32, "b": torch.float32, "c": torch.bfloat16, "d": torch.float32}
+    buffer = type("B", (), {"__init__": lambda self, d: setattr(self, "d", d),
+                            "get_dtype": lambda self: self.d})
+    graph = type("G", (), {"buffer_by_name": {n: buffer(d) for n, d in dtypes.items()}})()
+
+    def kernel(name, *args):
+        return KernelSource(name, "", list(args), 64, {"XBLOCK": 64})
+
+    kernels = [kernel("k0", "a", "b"), kernel("k0", "d", "a"),  # same dtypes: fixed
+               kernel("k1", "a", "b"), kernel("k1", "c", "b"),  # float32 then bfloat16
+               kernel("k2", "a", "missing")]  # a buffer the graph does not know
+    assert compile_fx.fixed_dtype_pointers(kernels, graph) == {"k0": 2}
+
+
 def test_profiling_hooks_force_tritons_path(monkeypatch):
     fn, launch = make()
     x = torch.zeros(8)
