@@ -51,22 +51,34 @@ from inductor.split_reduction import split_reduction
 from inductor.virtualized import ReadWritesHandler, V
 
 RECOMPUTE_OPS = 30  # the most ops a value read from one narrower buffer is recomputed with
+SMALL_READ = 16  # a read of a buffer this many times smaller than the value is not counted
 
 
-def is_cheap(value: Pointwise, dtype_of: Callable[[str], torch.dtype | None]) -> bool:
+def is_cheap(value: Pointwise, buffer_of: Callable[[str], Buffer | None]) -> bool:
     """A body worth recomputing per user rather than storing: at most one load and one op
-    (constants are free), or [Note: recompute rather than store wider]. ``dtype_of``: the
-    dtype of a buffer by name (None where unknown)."""
+    (constants are free), or [Note: recompute rather than store wider]. ``buffer_of``: the
+    graph's buffer of a name (None where unknown)."""
     handler = ReadWritesHandler()
     with V.set_ops_handler(handler):
         value.inner_fn(index_vars(value.ranges))
     if len(handler.reads) <= 1 and handler.op_count <= 1:
         return True
-    names = {name for name, _ in handler.reads}
-    if len(names) != 1 or handler.op_count > RECOMPUTE_OPS or "indirect" in handler.op_names:
+    if handler.op_count > RECOMPUTE_OPS or "indirect" in handler.op_names:
         return False
-    read = dtype_of(names.pop())
-    return read is not None and value.dtype.itemsize > read.itemsize
+    read = [buffer_of(name) for name in {name for name, _ in handler.reads}]
+    numel = sympy.Mul(*value.ranges)
+    wide = read if len(read) == 1 else [b for b in read if not _much_smaller(b, numel)]
+    return (len(wide) == 1 and wide[0] is not None
+            and value.dtype.itemsize > wide[0].get_dtype().itemsize)
+
+
+def _much_smaller(buffer: Buffer | None, numel: sympy.Expr) -> bool:
+    """Whether ``buffer`` is known to hold at most 1/SMALL_READ as many elements as ``numel``
+    (a per-row statistic read by a value over the rows): its reads cost next to nothing."""
+    if buffer is None:
+        return False
+    ratio = sympy.simplify(numel - SMALL_READ * buffer.numel())
+    return bool(ratio.is_nonnegative)
 
 
 # --8<-- [start:store-wider]
@@ -80,6 +92,10 @@ def is_cheap(value: Pointwise, dtype_of: Callable[[str], torch.dtype | None]) ->
 # element per value, where reading ``x`` again costs 2 (and nothing, in a kernel that reads
 # ``x`` anyway). Up to ``RECOMPUTE_OPS`` ops are repeated per user: kernels that are limited
 # by memory have the arithmetic to spare. A gather (an indirect load) is never repeated.
+# Reads of buffers at least ``SMALL_READ`` times smaller than the value do not count against
+# "a single buffer": a normalization's ``(x - mean) * rstd`` reads one statistic per row
+# (or per channel) besides ``x``, from cache. GPT-2's layer norm backward had stored it in
+# float32 for the weight gradient's column sum; recomputed, that kernel reads ``x`` instead.
 # --8<-- [end:store-wider]
 
 
@@ -123,10 +139,6 @@ class GraphLowering(torch.fx.Interpreter):
     def new_name(self) -> str:
         self.buffer_count += 1
         return f"buf{self.buffer_count - 1}"
-
-    def dtype_of(self, name: str) -> torch.dtype | None:
-        buffer = self.buffer_by_name.get(name)
-        return buffer.get_dtype() if buffer is not None else None
 
     def realize(self, value: Any, layout: Layout | None = None) -> Any:
         """Give a Pointwise or Reduction value memory of its own (row-major unless ``layout``
@@ -183,8 +195,8 @@ class GraphLowering(torch.fx.Interpreter):
         if isinstance(result, Reduction):
             # always realized: see Reduction's docstring; [Note: split reductions]
             result = self.realize(split_reduction(result, self.realize) or result)
-        elif isinstance(result, Pointwise) and many_users and not is_cheap(result,
-                                                                           self.dtype_of):
+        elif isinstance(result, Pointwise) and many_users and not is_cheap(
+                result, self.buffer_by_name.get):
             result = self.realize(result)  # [Note: realize]
         elif isinstance(result, Scatter):
             result = self.realize_scatter(result)

@@ -65,6 +65,33 @@ def test_a_value_wider_than_its_one_input_is_recomputed_not_stored(target, dtype
 
 
 @pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("stats", ["per_row", "full"])
+def test_a_normalized_value_is_recomputed_when_its_statistics_are_small(target, stats):
+    """[Note: recompute rather than store wider]: ``(x - mean) * rstd`` of a bfloat16 ``x``
+    with one float32 statistic per row (64 times fewer elements than ``x``) is recomputed on
+    both sides of a matmul; with statistics as large as ``x`` it is stored once."""
+    x, w = torch.randn(8, 64).to(torch.bfloat16), torch.randn(64, 64).to(torch.bfloat16)
+    shape = [8] if stats == "per_row" else [8, 64]
+    mean, rstd = torch.randn(shape), torch.rand(shape) + 0.5
+
+    def fn(p, a, b, m, r):
+        up = p.convert_element_type(a, torch.float32)
+        if stats == "per_row":
+            m, r = p.broadcast_in_dim(m, [8, 64], [0]), p.broadcast_in_dim(r, [8, 64], [0])
+        xhat = p.mul(p.sub(up, m), r)
+        before = p.convert_element_type(xhat, torch.bfloat16)
+        product = p.call(torch.ops.aten.mm.default, before, b)  # between the users of xhat
+        return (p.mul(p.convert_element_type(product, torch.float32), xhat),)
+
+    compiled, (out,) = compile_and_run(fn, [x, w, mean, rstd], target)
+    stat = (lambda t: t[:, None]) if stats == "per_row" else (lambda t: t)
+    xhat = (x.float() - stat(mean)) * stat(rstd)
+    assert_close(out, (xhat.to(torch.bfloat16) @ w).float() * xhat, atol=5e-2, rtol=5e-2)
+    stored = compiled.artifacts["loop_ir"].count(": ComputedBuffer")
+    assert stored == (2 if stats == "per_row" else 3)  # xhat itself, when stored
+
+
+@pytest.mark.parametrize("target", TARGETS)
 def test_transposed_read_of_a_buffer_is_not_fused(target):
     x = torch.randn(4, 4)
 

@@ -160,3 +160,24 @@ def test_loads_that_stay_put_along_a_row_do_not_make_a_column_sum(monkeypatch):
     assert compiled.kernel_count == 1  # enough rows: not split, as a column sum would be
     assert "RBLOCK=512" in compiled.artifacts["wrapper"]
     assert_close(out, (a * b[:, None] + c[:, None]).sum(1), rtol=1e-4, atol=1e-3)
+
+
+def test_loads_that_stay_put_along_a_column_do_not_make_a_row_sum(monkeypatch):
+    """[Note: a load that stays put], the other way round: a layer norm's weight gradient
+    ``sum_i g[i, j] * (x[i, j] - m[i]) * r[i]`` reads ``m`` and ``r`` once per reduced row,
+    whatever the output column; only ``g`` and ``x`` decide, and they walk along the output
+    columns: a column sum, with the column-sum tile."""
+    monkeypatch.setenv("MINIPT2_TUNE_REDUCTIONS", "0")
+    from inductor.codegen.triton_reduction import launch_config
+
+    g, x = torch.randn(1024, 96), torch.randn(1024, 96)
+    m, r = torch.randn(1024), torch.rand(1024)
+
+    def fn(p, grad, a, mean, rstd):
+        col = lambda t: p.bcast(p.reshape(t, [1024, 1]), [1024, 96])  # noqa: E731
+        return (p.sum(p.mul(grad, p.mul(p.sub(a, col(mean)), col(rstd))), [0]),)
+
+    compiled, (out,) = compile_and_run(fn, [g, x, m, r], "triton")
+    _, xblock, _, _ = launch_config(96, 1024, 4, outer=True)
+    assert f"XBLOCK={xblock}" in compiled.artifacts["wrapper"]
+    assert_close(out, (g * (x - m[:, None]) * r[:, None]).sum(0), rtol=1e-4, atol=1e-3)
