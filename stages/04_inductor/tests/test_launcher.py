@@ -3,6 +3,8 @@ later ones call the compiled variant's launcher with every parameter in order.""
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 import torch
 from inductor import launcher
@@ -201,6 +203,38 @@ class WarmupFn:
         self.warmed.append((args, grid, options))
 
 
+class Variant:
+    """Stands in for a compiled variant: ``_init_handles`` builds its launcher (the thread
+    that did is recorded); one of them cannot load."""
+
+    def __init__(self, fails):
+        self.fails, self.thread = fails, None
+
+    def _init_handles(self):
+        self.thread = threading.current_thread().name
+        if self.fails:
+            raise RuntimeError("out of shared memory")
+
+
+def test_precompile_builds_launchers_on_its_threads():
+    """[Note: launchers in parallel]: after the compiles, every compiled variant is made
+    launchable on the pool's threads; one that fails to load is left for its first launch."""
+    pytest.importorskip("triton.runtime._async_compile")
+    variants = [Variant(fails=False), Variant(fails=True), Variant(fails=False)]
+
+    class Warm:
+        def __init__(self, variant):
+            self.variant = variant
+
+        def warmup(self, *args, grid, **options):
+            return type("Future", (), {"kernel": self.variant})()
+
+    jobs = [(Warm(v), (torch.float32, 64), {"XBLOCK": 64}) for v in variants]
+    assert launcher.precompile(jobs) == 3
+    assert all(v.thread is not None and v.thread.startswith("minipt2-compile")
+               for v in variants)
+
+
 def test_precompile_warms_every_variant_and_skips_the_ones_that_fail():
     pytest.importorskip("triton.runtime._async_compile")
     a, b = WarmupFn(), WarmupFn()
@@ -266,18 +300,27 @@ def test_precompiled_variants_are_the_ones_the_wrapper_launches(monkeypatch, mod
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="compiles for a GPU")
 def test_first_call_on_the_gpu_compiles_every_kernel_before_launching(monkeypatch):
     """[Note: parallel precompile]: every variant the first call launches was compiled by
-    ``precompile`` (a warmup), none by a launch."""
+    ``precompile`` (a warmup), none by a launch; [Note: launchers in parallel]: and made
+    launchable on the pool's threads, not at its first launch."""
+    from triton.compiler import compiler
     from triton.runtime import jit
 
     import driver
 
-    warmups = []
+    warmups, loads = [], []
     original = jit.JITFunction._do_compile
+    original_init = compiler.CompiledKernel._init_handles
 
     def record(self, key, signature, device, constexprs, options, attrs, warmup):
         warmups.append(warmup)
         return original(self, key, signature, device, constexprs, options, attrs, warmup)
+
+    def record_init(self):
+        if self.module is None:  # (a loaded variant returns at once)
+            loads.append(threading.current_thread().name)
+        return original_init(self)
     monkeypatch.setattr(jit.JITFunction, "_do_compile", record)
+    monkeypatch.setattr(compiler.CompiledKernel, "_init_handles", record_init)
 
     def f(x, y):  # the constant makes these kernels new to this process
         return ((x.sin() + y) * 1.2345).softmax(-1), (x * y - 0.6789).sum(0)
@@ -287,6 +330,7 @@ def test_first_call_on_the_gpu_compiles_every_kernel_before_launching(monkeypatc
     for got, want in zip(compiled(x, y), f(x, y)):
         torch.testing.assert_close(got, want)
     assert len(warmups) >= 2 and all(warmups)
+    assert len(loads) >= 2 and all(name.startswith("minipt2-compile") for name in loads)
 
 
 def test_static_sizes_launch_with_a_constant_grid_and_symbolic_ones_with_grid():
