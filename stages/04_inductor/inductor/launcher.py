@@ -76,9 +76,10 @@ def _key_and_pointers(args: tuple, options: dict[str, Any]) -> tuple[tuple, list
 # then calls the C function ``launch``; for a variant that needs none we call ``launch``
 # ourselves. Both skips are checked per variant, when it is stored: a Triton whose launcher
 # looks different, or a Triton other than the 3.6 whose argument order this follows, keeps
-# its own ``run``. The wrapper helps as well: a kernel over static
-# sizes is launched with its grid as a constant, ``kernel[(8712, 1, 1)](...)``, instead of a
-# ``grid(...)`` lambda that every launch called with its options.
+# its own ``run``. The wrapper helps as well: a kernel is launched with its grid as a tuple,
+# ``kernel[(8712, 1, 1)](...)`` over static sizes and ``kernel[((s0 + 1023) // 1024, 1, 1)]``
+# over symbolic ones, instead of a ``grid(...)`` lambda that every launch called with its
+# options.
 # --8<-- [end:addresses]
 def _direct_call(compiled: Any) -> tuple[Callable[..., Any], tuple]:
     """(function, the arguments between the stream and the kernel's own): the C ``launch``

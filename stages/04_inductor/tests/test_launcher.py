@@ -333,9 +333,9 @@ def test_first_call_on_the_gpu_compiles_every_kernel_before_launching(monkeypatc
     assert len(loads) >= 2 and all(name.startswith("minipt2-compile") for name in loads)
 
 
-def test_static_sizes_launch_with_a_constant_grid_and_symbolic_ones_with_grid():
+def test_static_sizes_launch_with_a_constant_grid_and_symbolic_ones_with_a_division():
     """The wrapper works a static kernel's grid out once, as ``(x, y, z)`` programs; a
-    kernel over symbolic sizes keeps ``grid(...)``, evaluated at the launch. Both run."""
+    kernel over symbolic sizes has the ceiling division in its launch line. Both run."""
     import driver
 
     def f(x):
@@ -351,4 +351,4 @@ def test_static_sizes_launch_with_a_constant_grid_and_symbolic_ones_with_grid():
     for n in (3000, 17):
         torch.testing.assert_close(dynamic(x[:n]), f(x[:n]))
     text = dynamic.graphs[0].artifacts["wrapper"].split("def call")[1]
-    assert "[grid(s0)](" in text
+    assert "[((s0 + 1023) // 1024, 1, 1)](" in text

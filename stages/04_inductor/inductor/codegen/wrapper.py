@@ -67,13 +67,6 @@ empty_strided = torch.empty_strided
 linear = torch.nn.functional.linear
 
 
-def grid(xnumel, ynumel=1):
-    """Triton launch grid over symbolic sizes: one program per XBLOCK elements (per
-    YBLOCK x XBLOCK tile). Static sizes get their grid as a constant (x, y, z)."""
-    return lambda meta: ((xnumel + meta["XBLOCK"] - 1) // meta["XBLOCK"],
-                         (ynumel + meta.get("YBLOCK", 1) - 1) // meta.get("YBLOCK", 1), 1)
-
-
 def reinterpret(t, size, stride, offset):
     """A strided view of ``t``'s memory (offset counted from ``t``'s first element)."""
     return t.as_strided(size, stride, t.storage_offset() + offset)
@@ -110,14 +103,14 @@ def _sizes(values: list[sympy.Expr]) -> tuple:
 
 
 def launch_grid(kernel: Any) -> str:
-    """The grid a Triton launch is written with: ``(x, y, z)`` programs when the sizes are
-    static (worked out here, once, rather than by a lambda at every launch), else
-    ``grid(xnumel, ynumel)``, which the launch evaluates with the kernel's block sizes."""
-    sizes = kernel.grid_args()
-    if not all(isinstance(n, (int, sympy.Integer)) for n in sizes):
-        return f"grid({', '.join(map(pexpr, sizes))})"
+    """The grid a Triton launch is written with, ``(x, y, z)`` programs, one per XBLOCK
+    elements (per YBLOCK x XBLOCK tile): numbers when the sizes are static (worked out here,
+    once), else the ceiling division over the size symbols, ``((s0 + 1023) // 1024, 1, 1)``,
+    evaluated by the launch line itself rather than by a lambda at every launch."""
     blocks = [kernel.launch["XBLOCK"], kernel.launch.get("YBLOCK", 1)]
-    programs = [-(-int(n) // block) for n, block in zip(sizes, blocks)]
+    programs = [str(-(-int(n) // block)) if isinstance(n, (int, sympy.Integer)) else
+                f"({pexpr(n)} + {block - 1}) // {block}" if block > 1 else pexpr(n)
+                for n, block in zip(kernel.grid_args(), blocks)]
     return f"({programs[0]}, {programs[1] if len(programs) > 1 else 1}, 1)"
 
 
