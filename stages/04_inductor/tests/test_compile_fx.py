@@ -39,6 +39,13 @@ def test_compile_fx_torch_graph(target):
     assert "wrapper" in fn.artifacts
     if target != "fallback":
         assert fn.kernel_count == 1
+        # each device is made once, at the top of the module (``device_name``), not per
+        # allocation
+        head, body = fn.artifacts["wrapper"].split("def call")
+        device = gx.device.type + (f":{gx.device.index}" if gx.device.index is not None else "")
+        name = "device_" + device.replace(":", "_")
+        assert head.count(f"{name} = torch.device('{device}')") == 1
+        assert "torch.device(" not in body and f"device={name}," in body
 
 
 MODELS = {
