@@ -172,7 +172,10 @@ class Launcher:
                 from triton.runtime import driver
 
                 self.stream_of = driver.active.get_current_stream
-                self.current_device = driver.active.get_current_device
+                # Triton asks ``torch.cuda.current_device()``, which checks CUDA's lazy
+                # initialization first; a variant exists, so CUDA is up: ask torch's C getter
+                self.current_device = getattr(torch._C, "_cuda_getDevice",
+                                              driver.active.get_current_device)
             # the parameters after the positional ones are the constexprs (XBLOCK, ...):
             # the launcher takes every parameter in order and skips the constexprs itself
             self.variants[key] = (*_direct_call(compiled), [options[n] for n in rest_names],
