@@ -42,13 +42,14 @@ aten = torch.ops.aten
 # [Note: torch.mm, not aten.mm.default]
 # A library call in the wrapper could call the op overload the graph names
 # (``torch.ops.aten.convolution.default``), but an overload parses its arguments against
-# the schema in generic code, after a Python ``__call__``: on the H200's host that is
-# several microseconds more per call than the generated binding of the same op in ``torch``
-# (``torch.convolution``: 18 us against 10 us for a small CPU convolution, 4.2 against 1.8
-# for a small ``mm``). For the ops the benchmark models call at every step, whose ``torch``
-# function takes the overload's arguments in the same order, with the same keywords, and
-# resolves to that overload for tensors, the wrapper binds the ``torch`` function; every
-# other op keeps its overload. The comment on the line still names the overload.
+# the schema in generic code, after a Python ``__call__``: measured on the 2-core CPU
+# machine, several microseconds more per call than the generated binding of the same op in
+# ``torch`` (``torch.convolution``: 18 us against 10 us for a small convolution, 4.2
+# against 1.8 for a small ``mm``). For the ops the benchmark models call at every step,
+# whose ``torch`` function takes the overload's arguments in the same order, with the same
+# keywords, and resolves to that overload for tensors, the wrapper binds the ``torch``
+# function; every other op keeps its overload. The comment on the line still names the
+# overload.
 LIBRARY_FUNCTIONS = {
     aten.mm.default: torch.mm,
     aten.bmm.default: torch.bmm,
