@@ -170,8 +170,11 @@ _resume_functions: dict[tuple, types.FunctionType] = {}
 def resume_function(code: types.CodeType, offset: int, layout: tuple[str, ...],
                     live: tuple[str, ...], f_globals: dict, closure: tuple | None
                     ) -> types.FunctionType:
-    """The (cached) function continuing ``code`` at ``offset``: [Note: resume functions]."""
-    key = (code, offset, layout, live, id(f_globals))
+    """The (cached) function continuing ``code`` at ``offset``: [Note: resume functions].
+    One per closure too: two closures of one code object (``make(2)``, ``make(3)``) read
+    their own cells after the break. The cached function keeps ``f_globals`` and
+    ``closure`` alive, so their ids in the key cannot be reused while it is cached."""
+    key = (code, offset, layout, live, id(f_globals), id(closure))
     if key not in _resume_functions:
         resume = make_resume_code(code, offset, layout, live)
         _resume_functions[key] = types.FunctionType(resume, f_globals, resume.co_name,
@@ -179,21 +182,24 @@ def resume_function(code: types.CodeType, offset: int, layout: tuple[str, ...],
     return _resume_functions[key]
 
 
-def continue_frame(code: types.CodeType, offset: int, stack: list[Any],
-                   local_values: dict[str, Any], live_at: Callable[[types.CodeType, int], Any],
-                   f_globals: dict, closure: tuple | None, call: Callable[..., Any]) -> Any:
-    """Call the resume function for ``offset`` with the stack and the live locals."""
+def resume_plan(code: types.CodeType, offset: int, stack: list[Any], local_names: Any,
+                live_at: Callable[[types.CodeType, int], Any], f_globals: dict,
+                closure: tuple | None) -> tuple[types.FunctionType, tuple[str, ...]]:
+    """How ``code`` continues at ``offset`` after a break: the resume function and the live
+    locals it takes, in order. Both are fixed for a break point and a function object, so
+    the cache entry asks once ([Note: the second call is cheap])."""
     orig, orig_offset = original_location(code, offset)
-    layout, args = [], []
-    for value in stack:
-        if value is NULL:
-            layout.append("null")
-        elif isinstance(value, LoopIterator):
-            layout.append("iter")
-            args.append(tuple(value.items))
-        else:
-            layout.append("value")
-            args.append(value)
-    live = tuple(sorted(n for n in live_at(orig, orig_offset) if n in local_values))
-    fn = resume_function(orig, orig_offset, tuple(layout), live, f_globals, closure)
-    return call(fn, *args, *(local_values[n] for n in live))
+    layout = tuple("null" if value is NULL else "iter" if isinstance(value, LoopIterator)
+                   else "value" for value in stack)
+    live = tuple(sorted(n for n in live_at(orig, orig_offset) if n in local_names))
+    return resume_function(orig, orig_offset, layout, live, f_globals, closure), live
+
+
+def resume_args(stack: list[Any], local_values: dict[str, Any], live: tuple[str, ...]
+                ) -> list[Any]:
+    """The resume function's arguments: the stack (a loop iterator as its remaining items,
+    no NULLs), then the live locals."""
+    args = [tuple(value.items) if isinstance(value, LoopIterator) else value
+            for value in stack if value is not NULL]
+    args.extend(local_values[name] for name in live)
+    return args

@@ -250,16 +250,18 @@ def cache_entries(fn: Any) -> list[CacheEntry]:
     return list(_cache.get(_code_of(fn), []))
 
 
-_wrappers: dict[tuple[types.CodeType, int, bool | None], Callable[..., Any]] = {}
+_wrappers: dict[tuple[types.FunctionType, int, bool | None], Callable[..., Any]] = {}
 
 
-def call_optimized(fn: types.FunctionType, backend: Callable[..., Any], args: tuple,
-                   dynamic: bool | None = None) -> Any:
-    """Call a resume function through dynamo with the same backend (one wrapper per code)."""
-    key = (fn.__code__, id(backend), dynamic)
+def optimized(fn: types.FunctionType, backend: Callable[..., Any],
+              dynamic: bool | None = None) -> Callable[..., Any]:
+    """The optimized wrapper of a resume function, with the same backend: one per function
+    object (not per code object: each closure of a code object has its own resume function
+    reading its own cells)."""
+    key = (fn, id(backend), dynamic)
     if key not in _wrappers:
         _wrappers[key] = _wrap(fn, backend, False, dynamic)
-    return _wrappers[key](*args)
+    return _wrappers[key]
 
 
 def _is_library(func: types.FunctionType) -> bool:

@@ -3,6 +3,7 @@ and a resume function continues the frame (compiled in turn). Side effects stay 
 
 from __future__ import annotations
 
+import io
 import sys
 import warnings
 
@@ -230,16 +231,38 @@ def test_break_inside_a_comprehension(corpus):
         corpus(br_comprehension_with_item, make_args, graphs=None, allow_fallback=True)
 
 
-def test_live_locals_are_found_once_per_break():
-    """The live-locals dataflow over the bytecode runs the first time a break is reached;
-    later calls take the cached answer (it was half a small training step's host time)."""
+def test_the_continuation_is_planned_once_per_break():
+    """The live-locals dataflow over the bytecode and the resume function are worked out the
+    first time a break is reached; later calls reuse the entry's plan ([Note: the second
+    call is cheap]; the dataflow alone was half a small training step's host time)."""
     from dynamo.resume_execution import live_locals
 
     opt = dynamo.optimize(lambda gm, ex: gm.forward)(br_item_branch)
     x = torch.ones(3)
     opt(x)
     before = live_locals.cache_info()
+    (entry,) = [e for e in dynamo.cache_entries(br_item_branch) if e.break_point is not None]
+    plans = dict(entry.continuations)
     for _ in range(3):
         torch.testing.assert_close(opt(x), br_item_branch(x))
     after = live_locals.cache_info()
-    assert after.misses == before.misses and after.hits >= before.hits + 3
+    assert (after.misses, after.hits) == (before.misses, before.hits)
+    assert entry.continuations == plans and len(plans) == 1
+
+
+def make_scaled(k):
+    def scaled(x):
+        y = x + k
+        print("break", file=io.StringIO())
+        return y * k  # after the break: ``k`` is read from this closure's cell
+    return scaled
+
+
+def test_closures_of_one_code_object_resume_with_their_own_cells(backend):
+    """Two closures share a code object, and so dynamo's cache; each must continue after the
+    break with its own cells. (Resume functions were once cached per code object: the
+    second closure resumed with the first one's ``k`` and returned (x + 3) * 2.)"""
+    x = torch.ones(3)
+    for k in (2, 3, 5):
+        fn = make_scaled(k)
+        torch.testing.assert_close(dynamo.optimize(backend)(fn)(x), (x + k) * k)
