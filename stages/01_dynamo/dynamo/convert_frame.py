@@ -64,7 +64,11 @@ class Frame:
 # the answer in ``continuations`` and a later call goes straight to the wrapper (nor does
 # ``run`` import ``eval_frame`` each time any more: an import statement costs ~3 us even when
 # the module is loaded). A three-frame function on tiny CPU tensors went from 82 to 64 us a
-# call on the CPU machine; see book/docs/dynamo.md.
+# call on the CPU machine. The same holds for a Python callee the break instruction calls
+# (compiled on its own): its wrapper is made once per function, not at every call, and
+# whether its file belongs to a library is asked once per file; a function whose inlined
+# helper breaks went from 72 to 59 us a call, one calling a module that breaks after an
+# ``.item()`` branch from 132 to 81 us. See book/docs/dynamo.md.
 
 
 @dataclasses.dataclass

@@ -51,6 +51,7 @@ from .convert_frame import CacheEntry, Frame, compile_or_fallback
 from .exc import FallbackWarning, reproduce_line, unimplemented
 from .guards import Guard, first_failing_guard
 from .resume_execution import original_location
+from .variables.nn_module import has_hooks
 
 _cache: dict[types.CodeType, list[CacheEntry]] = {}
 _skipped: set[types.CodeType] = set()  # gave up on these: always eager, warned once
@@ -255,9 +256,9 @@ _wrappers: dict[tuple[types.FunctionType, int, bool | None], Callable[..., Any]]
 
 def optimized(fn: types.FunctionType, backend: Callable[..., Any],
               dynamic: bool | None = None) -> Callable[..., Any]:
-    """The optimized wrapper of a resume function, with the same backend: one per function
-    object (not per code object: each closure of a code object has its own resume function
-    reading its own cells)."""
+    """The optimized wrapper of a resume function, or of a callee that broke the graph, with
+    the same backend: one per function object (not per code object: each closure of a code
+    object has its own resume function reading its own cells)."""
     key = (fn, id(backend), dynamic)
     if key not in _wrappers:
         _wrappers[key] = _wrap(fn, backend, False, dynamic)
@@ -266,25 +267,31 @@ def optimized(fn: types.FunctionType, backend: Callable[..., Any],
 
 def _is_library(func: types.FunctionType) -> bool:
     """Code of the standard library, torch or an installed package: not the user's."""
-    filename = func.__code__.co_filename
-    prefixes = {sys.prefix, sys.base_prefix, os.path.dirname(torch.__file__)}
-    return filename.startswith("<") or any(filename.startswith(p) for p in prefixes)
+    return _is_library_file(func.__code__.co_filename)
+
+
+@functools.cache
+def _is_library_file(filename: str) -> bool:
+    prefixes = (sys.prefix, sys.base_prefix, os.path.dirname(torch.__file__))
+    return filename.startswith("<") or filename.startswith(prefixes)
 
 
 def invoke_optimized(fn: Any, backend: Callable[..., Any], args: tuple, kwargs: dict,
                      dynamic: bool | None = None) -> Any:
     """Run a call that broke the graph. A user's Python function or module is compiled on
-    its own (like PyTorch's frame hook would catch its frame); anything else runs as is."""
+    its own (like PyTorch's frame hook would catch its frame); anything else runs as is.
+    Its optimized wrapper is made once per function ([Note: the second call is cheap]); a
+    method's ``self`` is passed as its first argument, so no wrapper keeps an instance alive."""
     target = fn
     if isinstance(fn, torch.nn.Module) and type(fn).__call__ is torch.nn.Module.__call__:
-        from .variables.nn_module import has_hooks
-
         target = fn if has_hooks(fn) else fn.forward
     func = getattr(target, "__func__", target)
     if not isinstance(func, types.FunctionType) or _is_library(func) or \
             func.__code__.co_flags & (inspect.CO_GENERATOR | inspect.CO_COROUTINE):
         return fn(*args, **kwargs)
-    return _wrap(target, backend, False, dynamic)(*args, **kwargs)
+    if func is not target:  # a bound method
+        args = (target.__self__, *args)
+    return optimized(func, backend, dynamic)(*args, **kwargs)
 
 
 @dataclasses.dataclass

@@ -266,3 +266,43 @@ def test_closures_of_one_code_object_resume_with_their_own_cells(backend):
     for k in (2, 3, 5):
         fn = make_scaled(k)
         torch.testing.assert_close(dynamo.optimize(backend)(fn)(x), (x + k) * k)
+
+
+class Shift:
+    def __init__(self, k):
+        self.k = k
+
+    def apply(self, x):
+        print("shift", file=io.StringIO())  # breaks: the callee is compiled on its own
+        return x + self.k
+
+
+def shifted(x, shift):
+    return shift.apply(x * 2) + 1
+
+
+def test_a_callee_that_breaks_gets_one_wrapper_and_keeps_no_instance(backend, monkeypatch):
+    """A call that broke the graph compiles the callee on its own; its optimized wrapper is
+    made once per function, not at every call (``inspect.signature`` and all), and ``self``
+    travels as an argument, so the wrapper keeps no instance alive (a new ``Shift`` every
+    call would pile up otherwise)."""
+    import gc
+    import weakref
+
+    from dynamo import eval_frame
+
+    made = []
+    wrap = eval_frame._wrap
+    monkeypatch.setattr(eval_frame, "_wrap", lambda fn, *a: made.append(fn) or wrap(fn, *a))
+    opt = dynamo.optimize(backend)(shifted)
+    x = torch.randn(4)
+    torch.testing.assert_close(opt(x, Shift(3)), x * 2 + 4)
+    first = len(made)
+    shift = Shift(3)
+    alive = weakref.ref(shift)
+    for _ in range(3):
+        torch.testing.assert_close(opt(x, shift), x * 2 + 4)
+    assert len(made) == first
+    del shift
+    gc.collect()
+    assert alive() is None
