@@ -142,7 +142,6 @@ def _eval_frame() -> types.ModuleType:
     from . import eval_frame
 
     return eval_frame
-    # --8<-- [end:run-entry]
 
 
 def reconstructable(value: VariableTracker) -> bool:

@@ -218,4 +218,3 @@ def make_training_runtime(program: Program, partition: Partition, compiled_fw: C
     run.autograd_function = CompiledFunction
     return run
 # --8<-- [end:runtime]
-
