@@ -93,7 +93,8 @@ def set_logs(*channels: str) -> None:
 
 
 def log_artifact(key: str, title: str, text: str) -> None:
-    channel = "kernels" if key.startswith("kernels/") else ARTIFACT_CHANNEL.get(key)
+    base = key.removeprefix("backward/")  # a training graph's backward logs where its forward does
+    channel = "kernels" if base.startswith("kernels/") else ARTIFACT_CHANNEL.get(base)
     if channel is not None and logger(channel).isEnabledFor(logging.INFO):
         logger(channel).info("%s\n%s", title, text.rstrip())
 

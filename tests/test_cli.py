@@ -141,6 +141,17 @@ def test_logs_by_channel():
     assert "[minipt2.guards]" not in result.stderr
 
 
+def test_logs_include_the_backward_graphs_artifacts():
+    code = ("import torch, driver\n"
+            "f = driver.compile(lambda x: (x.sin() * 2).sum(), options={'target': 'cpp'})\n"
+            "f(torch.randn(3, requires_grad=True)).backward()\n")
+    env = {**__import__("os").environ, "MINIPT2_LOGS": "kernels,wrapper"}
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert result.returncode == 0, result.stderr
+    assert "inductor (backward): kernel cpp_" in result.stderr  # sin's gradient: cos * 2
+    assert "inductor (backward):" in result.stderr.split("[minipt2.wrapper]", 2)[-1]
+
+
 def _chromium():
     import shutil
 
