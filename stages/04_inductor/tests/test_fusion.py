@@ -92,6 +92,29 @@ def test_a_normalized_value_is_recomputed_when_its_statistics_are_small(target, 
 
 
 @pytest.mark.parametrize("target", TARGETS)
+def test_an_upcast_value_is_stored_narrow(target):
+    """[Note: store the narrow value]: a bfloat16 value, upcast to float32 and then read by
+    a row sum and a column sum (layer norm backward's two reductions), is stored as the
+    bfloat16 it was before the cast, and both sums read it back."""
+    x, y = torch.randn(16, 32).to(torch.bfloat16), torch.randn(16, 32).to(torch.bfloat16)
+
+    def fn(p, a, b):
+        wide = [p.convert_element_type(t, torch.float32) for t in (a, b)]
+        dy = p.convert_element_type(p.mul(p.sin(wide[0]), wide[1]), torch.bfloat16)
+        up = p.convert_element_type(dy, torch.float32)  # several users: stored
+        return p.sum(up, [1]), p.sum(p.mul(up, wide[1]), [0])
+
+    compiled, (rows, cols) = compile_and_run(fn, [x, y], target)
+    dy = (x.float().sin() * y.float()).to(torch.bfloat16).float()
+    assert_close(rows, dy.sum(1), atol=1e-4, rtol=1e-5)
+    assert_close(cols, (dy * y.float()).sum(0), atol=1e-4, rtol=1e-5)
+    wrapper = compiled.artifacts["wrapper"]
+    assert re.search(r"empty_strided\(\(16, 32\), \(32, 1\), .*dtype=torch.bfloat16\)", wrapper)
+    assert "(16, 32), (32, 1), device=device_cpu, dtype=torch.float32" not in wrapper
+    assert "(16, 32), (32, 1), device=device_cuda_0, dtype=torch.float32" not in wrapper
+
+
+@pytest.mark.parametrize("target", TARGETS)
 def test_transposed_read_of_a_buffer_is_not_fused(target):
     x = torch.randn(4, 4)
 
