@@ -135,7 +135,7 @@ def compile_fx_inner(prims_gm: torch.fx.GraphModule, example_inputs: list[Any], 
     outputs = {o.name for o in graph.graph_outputs if isinstance(o, Buffer)}
     scheduler = Scheduler(graph.operations, outputs, graph.origins)
     scheduler.groups = fold_bias_adds(scheduler.groups, outputs, scheduler.log,
-                                      graph.buffer_by_name)  # [Note: linear]
+                                      graph.buffer_by_name, scheduler.removed)  # [Note: linear]
     clock.lap("scheduling (fusion)")
     artifacts["fusion"] = "\n".join(_describe_groups(scheduler) + [""] + scheduler.log)
     kernels = generate_kernels(scheduler, graph, target)

@@ -5,6 +5,7 @@ values and gradients."""
 from __future__ import annotations
 
 import importlib
+import re
 
 import pytest
 import torch
@@ -106,6 +107,42 @@ def test_bias_add_that_fuses_stays_in_its_kernel(target):
     text = graph.artifacts["wrapper"].split("def call")[1]
     assert "folded" not in graph.artifacts["fusion"] and "# aten.mm" in text
     assert text.count("_fused_add_mul") == 1
+
+
+@pytest.mark.parametrize("target", ["cpp", "triton"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_stored_pre_activation_folds_its_bias_out_of_the_activation_kernel(target, dtype):
+    """Training saves the pre-activation for GELU's backward: the bias add leaves the GELU
+    kernel for linear(x, w, b), which writes the sum the kernel then only reads. The kernel
+    gives up its bias add in the forward only (in inference the sum is never stored)."""
+    torch.manual_seed(7)
+    dev = device_for(target)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU("tanh"),
+                                torch.nn.Linear(32, 8)).to(dev, dtype)
+    ref = [p.detach().clone().requires_grad_() for p in model.parameters()]
+    x = torch.randn(6, 16, device=dev, dtype=dtype)
+    compiled = driver.compile(model, options={"target": target})
+    out = compiled(x)
+    out.float().square().sum().backward()
+    w1, b1, w2, b2 = ref
+    F = torch.nn.functional
+    eager = F.linear(F.gelu(F.linear(x, w1, b1), approximate="tanh"), w2, b2)
+    eager.float().square().sum().backward()
+    tol = {"rtol": 1e-4, "atol": 1e-5} if dtype == torch.float32 else {}
+    torch.testing.assert_close(out, eager, **tol)
+    for p, r in zip(model.parameters(), ref):
+        torch.testing.assert_close(p.grad, r.grad, **tol)
+    fusion = compiled.graphs[0].artifacts["fusion"]
+    assert "arg0 @ arg1.t() + arg2: the bias add folded into the library call (linear); " \
+        in fusion
+    text = compiled.graphs[0].artifacts["wrapper"].split("def call")[1]
+    assert "linear(arg0, arg1, arg2)  # aten.addmm" in text
+    gelu = [line for line in text.splitlines() if "tanh" in line][0]
+    assert re.search(r"\(buf1(\.data_ptr\(\))?, buf\d+(\.data_ptr\(\))?(, \d|\))", gelu)  # in, out
+    with torch.no_grad():
+        inference = driver.compile(model, options={"target": target})
+        torch.testing.assert_close(inference(x), eager.detach(), **tol)
+    assert "read it" not in inference.graphs[0].artifacts["fusion"]  # GELU adds the bias
 
 
 @pytest.mark.parametrize("target", ["cpp", "triton"])
