@@ -128,7 +128,8 @@ def test_a_stored_pre_activation_folds_its_bias_out_of_the_activation_kernel(tar
     F = torch.nn.functional
     eager = F.linear(F.gelu(F.linear(x, w1, b1), approximate="tanh"), w2, b2)
     eager.float().square().sum().backward()
-    tol = {"rtol": 1e-4, "atol": 1e-5} if dtype == torch.float32 else {}
+    tol = {"rtol": 1e-4, "atol": 1e-5} if dtype == torch.float32 else {"rtol": 2e-2,
+                                                                        "atol": 2e-2}
     torch.testing.assert_close(out, eager, **tol)
     for p, r in zip(model.parameters(), ref):
         torch.testing.assert_close(p.grad, r.grad, **tol)
