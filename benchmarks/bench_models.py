@@ -24,7 +24,7 @@ from collections.abc import Callable
 
 import models
 import torch
-from common import first_call, geomean, rel_error, time_interleaved
+from common import first_call, geomean, rel_error, time_interleaved, time_rounds
 
 from driver.timing import time_ms
 
@@ -123,10 +123,7 @@ def bench_model(w: models.ModelWorkload, args: argparse.Namespace) -> dict:
         row["torch_compile_error"] = rel_error(out, want)
         fns["torch_compile"] = peer
     device = want.device.type
-    if device == "cuda":
-        row.update({f"{who}_ms": time_ms(fn, device=device) for who, fn in fns.items()})
-    else:
-        row.update({f"{who}_ms": ms for who, ms in time_interleaved(fns).items()})
+    row.update({f"{who}_ms": ms for who, ms in time_rounds(fns, device).items()})
     for who in ("minipt2", "torch_compile"):
         if f"{who}_ms" in row:
             row[f"{who}_speedup"] = row["eager_ms"] / row[f"{who}_ms"]

@@ -1,6 +1,6 @@
 """Measuring helpers shared by the micro suite (``run.py``) and the model suite
 (``bench_models.py``): device sync, the timed first (compiling) call, max relative error vs
-eager, interleaved CPU timing and the geomean."""
+eager, interleaved timing (CPU and GPU) and the geomean."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ import time
 from collections.abc import Callable
 
 import torch
+
+from driver.timing import time_ms
 
 
 def sync() -> None:
@@ -64,6 +66,25 @@ def time_interleaved(fns: dict[str, Callable[[], object]], repeat: int = 10) -> 
             start = time.perf_counter()
             fn()
             samples[who].append((time.perf_counter() - start) * 1e3)
+    return {who: statistics.median(s) for who, s in samples.items()}
+
+
+GPU_ROUNDS = 3
+
+
+def time_rounds(fns: dict[str, Callable[[], object]], device: str,
+                rounds: int = GPU_ROUNDS) -> dict:
+    """The time of each function: on a GPU, ``do_bench``'s median (``time_ms``) taken in
+    ``rounds`` rounds, one of each function per round, and the median over the rounds; on a
+    CPU, ``time_interleaved``. Timed one after the other, the first function ran warm or
+    cold with the clocks and the neighbours of that moment: mlp_train in bfloat16 read
+    0.99x in one suite run and 1.03x timed in rounds on the same machine."""
+    if device != "cuda":
+        return time_interleaved(fns)
+    samples: dict[str, list[float]] = {who: [] for who in fns}
+    for _ in range(rounds):
+        for who, fn in fns.items():
+            samples[who].append(time_ms(fn, device=device))
     return {who: statistics.median(s) for who, s in samples.items()}
 
 

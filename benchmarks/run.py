@@ -48,6 +48,7 @@ from common import (  # noqa: E402, F401
     rel_error,
     sync,
     time_interleaved,
+    time_rounds,
     warm_up_compilers,
 )
 
@@ -106,10 +107,7 @@ def bench_one(w: workloads.Workload, args: argparse.Namespace, copy_gbs: float) 
         out, row["torch_compile_s"] = first_call(peer, w.args)
         row["torch_compile_error"] = rel_error(out, want)
         fns["torch_compile"] = lambda: peer(*w.args)
-    if device == "cuda":
-        row.update({f"{who}_ms": time_ms(fn, device=device) for who, fn in fns.items()})
-    else:
-        row.update({f"{who}_ms": ms for who, ms in time_interleaved(fns).items()})
+    row.update({f"{who}_ms": ms for who, ms in time_rounds(fns, device).items()})
     for who in ("eager", "minipt2", "torch_compile"):
         if f"{who}_ms" in row:
             gbs = w.bytes_moved / (row[f"{who}_ms"] * 1e-3) / 1e9
