@@ -211,6 +211,7 @@ class GraphLowering(torch.fx.Interpreter):
             if narrow is not None:  # [Note: store the narrow value]
                 self.env[narrow] = self.realize(self.env[narrow])
                 result = super().run_node(n)  # now one load and one cast: recomputed per user
+                self.produced_by[id(result)] = n
             else:
                 result = self.realize(result)  # [Note: realize]
         elif isinstance(result, Scatter):
