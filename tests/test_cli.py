@@ -130,26 +130,29 @@ def test_report_is_self_contained_html(tmp_path):
     assert "http://" not in page.replace('xmlns="http://www.w3.org/2000/svg"', "")
 
 
-def test_logs_by_channel():
+def stderr_with_logs(channels: str, fn: str, calls: str) -> str:
+    """stderr of a fresh process that compiles ``fn`` (C++ target) and runs ``calls`` with
+    ``MINIPT2_LOGS=channels``."""
     code = ("import torch, driver\n"
-            "f = driver.compile(lambda x: x.sin() * 2, options={'target': 'cpp'})\n"
-            "f(torch.randn(3)); f(torch.randn(4))\n")
-    env = {**__import__("os").environ, "MINIPT2_LOGS": "fusion,recompiles"}
+            f"f = driver.compile({fn}, options={{'target': 'cpp'}})\n{calls}\n")
+    env = {**__import__("os").environ, "MINIPT2_LOGS": channels}
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert result.returncode == 0, result.stderr
-    assert "[minipt2.fusion]" in result.stderr and "[minipt2.recompiles]" in result.stderr
-    assert "[minipt2.guards]" not in result.stderr
+    return result.stderr
+
+
+def test_logs_by_channel():
+    err = stderr_with_logs("fusion,recompiles", "lambda x: x.sin() * 2",
+                           "f(torch.randn(3)); f(torch.randn(4))")
+    assert "[minipt2.fusion]" in err and "[minipt2.recompiles]" in err
+    assert "[minipt2.guards]" not in err
 
 
 def test_logs_include_the_backward_graphs_artifacts():
-    code = ("import torch, driver\n"
-            "f = driver.compile(lambda x: (x.sin() * 2).sum(), options={'target': 'cpp'})\n"
-            "f(torch.randn(3, requires_grad=True)).backward()\n")
-    env = {**__import__("os").environ, "MINIPT2_LOGS": "kernels,wrapper"}
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
-    assert result.returncode == 0, result.stderr
-    assert "inductor (backward): kernel cpp_" in result.stderr  # sin's gradient: cos * 2
-    assert "inductor (backward):" in result.stderr.split("[minipt2.wrapper]", 2)[-1]
+    err = stderr_with_logs("kernels,wrapper", "lambda x: (x.sin() * 2).sum()",
+                           "f(torch.randn(3, requires_grad=True)).backward()")
+    assert "inductor (backward): kernel cpp_" in err  # sin's gradient: cos * 2
+    assert "inductor (backward):" in err.split("[minipt2.wrapper]", 2)[-1]
 
 
 def _chromium():
