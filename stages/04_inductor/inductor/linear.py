@@ -127,7 +127,7 @@ def bias_of(node: Any, product: ExternBuffer) -> str | None:
 
 
 def fold_bias_adds(groups: list, output_names: set[str], log: list[str],
-                   buffers: dict[str, Any], removed: set[str] | None = None) -> list:
+                   buffers: dict[str, Any], removed: set[str]) -> list:
     """``groups`` with each (``mm(x, w.t())``, bias-add kernel) pair that qualifies replaced
     by one ``addmm`` library call; see [Note: linear]. ``buffers``: the graph's, by name;
     ``removed``: the buffers that live only inside their kernel (a kernel of several nodes
@@ -144,7 +144,7 @@ def fold_bias_adds(groups: list, output_names: set[str], log: list[str],
     for group in groups:
         previous = out[-1] if out else None
         if isinstance(group, FusedGroup) and isinstance(previous, ExternNode):
-            node, rest = _bias_node(group, previous.kernel, removed or set())
+            node, rest = _bias_node(group, previous.kernel, removed)
             folded = None if node is None else _fold(previous.kernel, node, readers,
                                                      output_names, buffers)
             if folded is not None:
@@ -152,16 +152,13 @@ def fold_bias_adds(groups: list, output_names: set[str], log: list[str],
                 x, view = previous.kernel.args
                 log.append(f"{node.name} = {x.name} @ {view.name}.t() + "
                            f"{folded.args[0].name}: the bias add folded into the library "
-                           f"call (linear)" + (f"; {_names(rest)} read it" if rest else ""))
+                           f"call (linear)" + (f"; {', '.join(n.name for n in rest)} read it"
+                                               if rest else ""))
                 if rest:
                     out.append(FusedGroup(rest))
                 continue
         out.append(group)
     return out
-
-
-def _names(nodes: list) -> str:
-    return ", ".join(n.name for n in nodes)
 
 
 def _bias_node(group: Any, mm: FallbackKernel, removed: set[str]) -> tuple[Any, list]:
