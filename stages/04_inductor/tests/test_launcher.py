@@ -3,6 +3,7 @@ later ones call the compiled variant's launcher with every parameter in order.""
 
 from __future__ import annotations
 
+import re
 import threading
 
 import pytest
@@ -31,7 +32,7 @@ class JitFn:
 
     def __getitem__(self, grid):
         def launch(*args, **options):
-            self.slow.append((grid(options), args, options))
+            self.slow.append((grid(options) if callable(grid) else grid, args, options))
             compiled = Compiled(len(self.slow))
             if self.run is not None:
                 compiled.run = self.run
@@ -345,10 +346,62 @@ def test_static_sizes_launch_with_a_constant_grid_and_symbolic_ones_with_a_divis
     x = torch.randn(3000, device=device)
     compiled = driver.compile(f, options={"target": "triton"})
     torch.testing.assert_close(compiled(x), f(x))
-    text = compiled.graphs[0].artifacts["wrapper"].split("def call")[1]
-    assert "[(3, 1, 1)](arg0, buf0, 3000, XBLOCK=1024" in text
+    head, text = compiled.graphs[0].artifacts["wrapper"].split("def call")
+    # [Note: launch sites]: bound once at the top; the line passes the buffers
+    site = re.search(r"^(\w+_launch) = bind_launch\(\w+, \(3, 1, 1\), \(3000,\), XBLOCK=1024",
+                     head, re.M)
+    assert site and f"    {site.group(1)}(arg0, buf0)" in text
     dynamic = driver.compile(f, options={"target": "triton"}, dynamic=True)
     for n in (3000, 17):
         torch.testing.assert_close(dynamic(x[:n]), f(x[:n]))
     text = dynamic.graphs[0].artifacts["wrapper"].split("def call")[1]
     assert "[((s0 + 1023) // 1024, 1, 1)](" in text
+
+
+def test_a_launch_site_launches_directly_after_its_first_launch():
+    """[Note: launch sites]: the first launch goes Triton's way; later ones call the variant's
+    launch with the site's fixed grid, the buffers' addresses, the sizes and constexprs."""
+    fn, launch = make()
+    site = launcher.bind_launch(launch, (2, 1, 1), (64,), XBLOCK=32, num_warps=4)
+    x, out = torch.zeros(64), torch.zeros(64)
+    first = site(x, out)
+    assert fn.slow == [((2, 1, 1), (x, out, 64), {"XBLOCK": 32, "num_warps": 4})]
+    y, out2 = torch.zeros(64), torch.zeros(64)
+    site(y, out2)
+    assert len(fn.slow) == 1
+    (call,) = first.calls
+    assert call[:7] == (2, 1, 1, 1234, "fn1", "meta", None)
+    assert call[9:] == (y.data_ptr(), out2.data_ptr(), 64, 32)
+
+
+@pytest.mark.parametrize("change", ["misaligned", "hooked"])
+def test_a_launch_site_goes_the_launchers_way_when_its_variant_does_not_apply(change,
+                                                                             monkeypatch):
+    fn, launch = make()
+    site = launcher.bind_launch(launch, (2, 1, 1), (64,), XBLOCK=32)
+    base = torch.zeros(65)
+    site(base[:64], torch.zeros(64))
+    if change == "misaligned":
+        site(base[1:], torch.zeros(64))  # a new specialization: Triton compiles it
+        assert len(fn.slow) == 2
+        site(base[1:], torch.zeros(64))  # the Launcher has it now: direct, by its own key
+        assert len(fn.slow) == 2
+        return
+    chain = launch.runtime_knobs.launch_enter_hook
+    if hasattr(chain, "calls"):
+        monkeypatch.setattr(chain, "calls", [lambda meta: None])
+    else:
+        monkeypatch.setattr(launch.runtime_knobs, "launch_enter_hook", lambda meta: None)
+    site(base[:64], torch.zeros(64))
+    assert len(fn.slow) == 2
+
+
+def test_a_site_of_a_plain_kernel_is_its_launch_line():
+    """Under the interpreter (a jit function, no Launcher) a site is
+    ``kernel[grid](*buffers, *sizes, **options)``."""
+    fn = JitFn()
+    site = launcher.bind_launch(fn, (3, 1, 1), (64, 8), XBLOCK=32)
+    x = torch.zeros(64)
+    site(x, x)
+    site(x, x)
+    assert [args for _, args, _ in fn.slow] == [(x, x, 64, 8)] * 2

@@ -155,6 +155,7 @@ class WrapperCodeGen:
         self.constants: dict[str, Any] = {}  # extra names the loader must bind
         self.devices: dict[str, str] = {}  # module-level name -> device (``device_name``)
         self.lines: list[str] = []
+        self.sites: dict[tuple[str, str], str] = {}  # (kernel, grid sizes options) -> name
         self.pool: dict[tuple, list[str]] = {}  # layout -> dead buffers to reuse
         self.outputs = {o.name for o in graph.graph_outputs if isinstance(o, Buffer)}
         self.extern_read = {n for g in groups if isinstance(g, ExternNode)
@@ -177,7 +178,11 @@ class WrapperCodeGen:
                   "# Runs the compiled graph: allocate, launch kernels in order, return.",
                   "# Chapter: book/docs/inductor.md. Kernels and library ops are bound by name."]
         devices = [f"{name} = torch.device({device!r})" for name, device in self.devices.items()]
-        return "\n".join([*header, PRELUDE, *devices, "", ""] + self.lines) + "\n"
+        sites = [f"{name} = bind_launch({kernel}, {fixed})"
+                 for (kernel, fixed), name in self.sites.items()]
+        if sites:  # [Note: launch sites]
+            sites = ["from inductor.launcher import bind_launch", "", *sites]
+        return "\n".join([*header, PRELUDE, *devices, *sites, "", ""] + self.lines) + "\n"
 
     def kernel_call(self, step: int, group: FusedGroup) -> None:
         kernel = self.kernels[step]
@@ -192,11 +197,26 @@ class WrapperCodeGen:
                               f"{len(kernel.configs)} configs")
         elif self.target == "triton":
             launch = ", ".join(f"{k}={v}" for k, v in kernel.launch.items())
-            self.lines.append(f"    {kernel.name}[{launch_grid(kernel)}]({args}, {launch})")
+            sizes = kernel.size_args()
+            if all(isinstance(s, (int, sympy.Integer)) for s in sizes):  # [Note: launch sites]
+                site = self.launch_site(kernel.name, f"{launch_grid(kernel)}, "
+                                        f"{_sizes(sizes)}, {launch}")
+                self.lines.append(f"    {site}({', '.join(kernel.args)})")
+            else:
+                self.lines.append(f"    {kernel.name}[{launch_grid(kernel)}]({args}, {launch})")
         else:
             ptrs = [f"{a}.data_ptr()" for a in kernel.args]
             self.lines.append(f"    {kernel.name}({', '.join(ptrs + kernel_sizes)})")
 # --8<-- [end:wrapper]
+
+    def launch_site(self, kernel: str, fixed: str) -> str:
+        """The name bound to ``bind_launch(kernel, <fixed>)`` at the wrapper's top, one per
+        distinct (kernel, grid, sizes, options); see [Note: launch sites]."""
+        key = (kernel, fixed)
+        if key not in self.sites:
+            count = sum(1 for k, _ in self.sites if k == kernel)
+            self.sites[key] = f"{kernel}_launch{count or ''}"
+        return self.sites[key]
 
     def extern_call(self, kernel: FallbackKernel) -> None:
         if self.linear_call(kernel):
