@@ -103,12 +103,14 @@ def compile_entry(gm: Callable, args: list, state: list, train: bool, fw_compile
         fw_gm = program.graph_module  # inference: one graph, no autograd.Function
         fw_gm.graph.eliminate_dead_code()  # decompositions leave unused pieces behind
         fw_gm.recompile()
+        mark_input_mutations(fw_gm, program)
         run = make_inference_runtime(program, fw_compiler(fw_gm, primals))
         # --8<-- [end:aot-inference]
         run.fw_graph, run.bw_graph, run.joint_graph, run.partition = fw_gm, None, None, None
     else:
         partition = partition_fn(program)
         log.info("partition: %s", partition.describe())
+        mark_input_mutations(partition.forward, program)
         compiled_fw = fw_compiler(partition.forward, primals)
         bw_inputs = [example_value(n) for n in partition.backward.graph.nodes
                      if n.op == "placeholder"]
@@ -119,6 +121,14 @@ def compile_entry(gm: Callable, args: list, state: list, train: bool, fw_compile
     run.program = program
     return run
 # --8<-- [end:compile-entry]
+
+
+def mark_input_mutations(fw_gm: torch.fx.GraphModule, program: Program) -> None:
+    """Tell the compiler which forward outputs are new values of which inputs:
+    ``fw_gm.meta["input_mutations"]``, pairs (output position, input position). A compiler
+    may store such a value into the input's memory and return the input itself; the
+    runtime then skips its copy ([Note: inputs written in place] in runtime.py)."""
+    fw_gm.meta["input_mutations"] = list(enumerate(program.mutated_inputs))
 
 
 def state_reader(gm: Callable) -> Callable[[], list[torch.Tensor]]:

@@ -51,6 +51,16 @@ zero tensors, and launched a kernel for each, that nothing read. The Function tu
 (``set_materialize_grads(False)``) and makes zeros itself only for a differentiable output
 whose gradient is missing (an output the loss does not use), which the backward graph needs.
 
+[Note: new values outside the Function] The new values of mutated inputs are graph outputs
+that no gradient reaches, yet every output of an ``autograd.Function`` gets autograd's
+per-output bookkeeping, and one that is an input ([Note: inputs written in place]) even a
+view of itself made for it. So when none of them has a gradient the Function's forward hands
+them out through a list passed in for that (``new_values``) and returns only the rest;
+``finish`` sees the graph's outputs in their usual order. They are still written back
+after the Function returned, as before: a write inside ``forward`` would come before
+autograd records the versions of the saved tensors, and a saved input overwritten there
+would go unnoticed instead of raising at backward.
+
 [Note: what backward cannot do] The backward graph is not itself differentiable, so a
 backward asked to build a graph of its own (``create_graph=True``, the first step of a
 double backward) raises a RuntimeError instead of returning gradients that silently have no
@@ -75,7 +85,7 @@ DOUBLE_BACKWARD = (
 
 
 def make_epilogue(program: Program) -> Callable[[Sequence, tuple], tuple]:
-    """``finish(primals, graph_outputs)``: the epilogues of [Note: runtime epilogues], copy
+    """``finish(primals, graph_outputs)``: the epilogues of [Note: runtime epilogues], write
     back mutated inputs and assemble the program's outputs from graph outputs, inputs and
     views of inputs. What is fixed by the trace is looked at once, here
     ([Note: per-call cost])."""
@@ -87,20 +97,52 @@ def make_epilogue(program: Program) -> Callable[[Sequence, tuple], tuple]:
         # the program's outputs
         return lambda primals, graph_outputs: graph_outputs
     builders = [_output_builder(program, spec, mutated) for spec in specs]
-    writes = list(enumerate(program.mutated_inputs))
-    groups: list[tuple[list[int], list[int]]] = []  # found at the first call
+    write_back = make_write_back(program)
 
     def finish(primals: Sequence, graph_outputs: tuple) -> tuple:
-        if writes:
-            if not groups:
-                groups.extend(_copy_groups(writes, primals))
-            with torch.no_grad():  # [Note: one copy for all running statistics]
-                for positions, indices in groups:
-                    torch._foreach_copy_([primals[i] for i in indices],
-                                         [graph_outputs[p] for p in positions])
+        if write_back is not None:
+            write_back(primals, graph_outputs)
         return tuple(build(primals, graph_outputs) for build in builders)
 
     return finish
+
+
+# --8<-- [start:write-back]
+# [Note: inputs written in place]
+# A compiled graph may write the new value of a mutated input straight into that input's
+# memory (inductor does, for BatchNorm's running statistics: [Note: writing an input in
+# place] in its ``inplace.py``) and then returns the input itself as that output. Such a
+# value needs no copy; but the autograd engine counts in-place writes in a tensor's version,
+# to refuse a backward that would read a value overwritten since it was saved, and a
+# kernel's write is invisible to it, so the version is bumped here
+# (``torch.autograd.graph.increment_version``), where the ``copy_`` would have bumped it.
+# Which outputs are the inputs themselves is asked at every call (``is``: a CUDA graph's
+# replay returns its static buffers, its fallback the inputs).
+def make_write_back(program: Program) -> Callable[[Sequence, Sequence], None] | None:
+    """``write_back(primals, graph_outputs)``: give every mutated input its new value (the
+    graph's first outputs); None when the program mutates nothing."""
+    writes = list(enumerate(program.mutated_inputs))
+    if not writes:
+        return None
+    groups: list[tuple[list[int], list[int]]] = []  # found at the first call
+
+    def write_back(primals: Sequence, graph_outputs: Sequence) -> None:
+        in_place = [primals[i] for p, i in writes if graph_outputs[p] is primals[i]]
+        if in_place:
+            torch.autograd.graph.increment_version(in_place)
+            if len(in_place) == len(writes):
+                return
+        if not groups:
+            groups.extend(_copy_groups(writes, primals))
+        with torch.no_grad():  # [Note: one copy for all running statistics]
+            for positions, indices in groups:
+                pairs = [(primals[i], graph_outputs[p]) for p, i in zip(positions, indices)
+                         if graph_outputs[p] is not primals[i]]
+                if pairs:
+                    torch._foreach_copy_([a for a, _ in pairs], [v for _, v in pairs])
+
+    return write_back
+# --8<-- [end:write-back]
 
 
 def _copy_groups(writes: list[tuple[int, int]], primals: Sequence
@@ -159,7 +201,13 @@ def make_training_runtime(program: Program, partition: Partition, compiled_fw: C
     """An ``autograd.Function`` whose forward runs the compiled forward graph and whose
     backward runs the compiled backward graph on the saved values and the tangents."""
     num_outputs = program.num_graph_outputs
-    no_tangent = [i for i in range(num_outputs) if i not in program.differentiable]
+    # [Note: new values outside the Function]: the first graph outputs, the new values of
+    # mutated inputs, leave the Function by a list when none of them has a gradient
+    first = len(program.mutated_inputs)
+    if any(i < first for i in program.differentiable):
+        first = 0
+    differentiable = [i - first for i in program.differentiable]  # among the Function's
+    no_tangent = [i for i in range(num_outputs - first) if i not in differentiable]
     # where each gradient the backward graph returns goes among the primals' gradients
     grad_slots = [i for i, has in zip(program.grad_primals, partition.has_grad) if has]
     finish = make_epilogue(program)
@@ -169,7 +217,7 @@ def make_training_runtime(program: Program, partition: Partition, compiled_fw: C
 
     class CompiledFunction(torch.autograd.Function):
         @staticmethod
-        def forward(ctx, *primals):
+        def forward(ctx, new_values, *primals):
             with torch._C._DisableAutocast():
                 outputs = compiled_fw(*primals)
             saved = outputs[num_outputs:]
@@ -182,14 +230,15 @@ def make_training_runtime(program: Program, partition: Partition, compiled_fw: C
                 ctx.saved_sizes = [v if isinstance(v, int) else None for v in saved]
             else:
                 ctx.save_for_backward(*saved)
-            results = tuple(outputs[:num_outputs])
+            new_values.extend(outputs[:first])
+            results = tuple(outputs[first:num_outputs])
             if no_tangent:
                 ctx.mark_non_differentiable(*[results[i] for i in no_tangent])
             # [Note: no zeros for gradients nobody sent]
             ctx.set_materialize_grads(False)
             if not static or "tangents" not in layout:
                 like = [(results[i].shape, results[i].dtype, results[i].device)
-                        for i in program.differentiable]
+                        for i in differentiable]
                 layout["tangents"] = ctx.tangent_like = like
             return results
 
@@ -200,20 +249,22 @@ def make_training_runtime(program: Program, partition: Partition, compiled_fw: C
             like = layout["tangents"] if static else ctx.tangent_like
             tangents = [grad_outputs[i].contiguous() if grad_outputs[i] is not None else
                         torch.zeros(shape, dtype=dtype, device=device)
-                        for i, (shape, dtype, device) in zip(program.differentiable, like)]
+                        for i, (shape, dtype, device) in zip(differentiable, like)]
             saved = ctx.saved_tensors
             if layout["sizes"]:
                 tensors = iter(saved)
                 saved = [next(tensors) if v is None else v for v in ctx.saved_sizes]
             with torch._C._DisableAutocast():
                 grads = compiled_bw(*saved, *tangents)
-            result = [None] * program.num_primals
+            result = [None] * (1 + program.num_primals)  # (none for ``new_values``)
             for index, grad in zip(grad_slots, grads):
-                result[index] = grad
+                result[1 + index] = grad
             return tuple(result)
 
     def run(*primals: object) -> tuple:
-        return finish(primals, CompiledFunction.apply(*primals))
+        new_values: list = []
+        outputs = CompiledFunction.apply(new_values, *primals)
+        return finish(primals, (*new_values, *outputs) if new_values else outputs)
 
     run.autograd_function = CompiledFunction
     return run

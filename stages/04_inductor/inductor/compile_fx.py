@@ -39,6 +39,7 @@ from inductor.codegen.wrapper import WrapperCodeGen, fallback_wrapper_source
 from inductor.cudagraphs import CudaGraphRunner, wants_cudagraphs
 from inductor.exc import CompileError
 from inductor.graph import GraphLowering
+from inductor.inplace import inplace_writes
 from inductor.ir import Buffer, ComputedBuffer
 from inductor.launcher import Launcher, precompile
 from inductor.linear import fold_bias_adds
@@ -152,8 +153,10 @@ def compile_fx_inner(prims_gm: torch.fx.GraphModule, example_inputs: list[Any], 
                       stacklevel=2)
         return compile_fx_inner(prims_gm, example_inputs, target="fallback")
     tuned = tuned_kernels(kernels.values(), target, autotune)
+    inplace = inplace_writes(prims_gm.meta.get("input_mutations", ()), graph,
+                             scheduler.groups, scheduler.removed, target)
     wrapper = WrapperCodeGen(graph, scheduler.groups, scheduler.removed, kernels, target,
-                             tuned)
+                             tuned, inplace)
     try:
         source = wrapper.generate()
     except CompileError as e:  # a size the wrapper cannot compute from its inputs

@@ -148,8 +148,10 @@ class WrapperCodeGen:
 
     def __init__(self, graph: Any, groups: list, removed: set[str],
                  kernels: dict[int, KernelSource], target: str,
-                 tuned: frozenset[str] = frozenset()) -> None:
+                 tuned: frozenset[str] = frozenset(),
+                 inplace: dict[str, str] | None = None) -> None:
         self.graph, self.groups, self.removed = graph, groups, removed
+        self.inplace = inplace or {}  # buffer -> the input it is written into (inplace.py)
         self.kernels, self.target = kernels, target
         self.tuned = tuned if target == "triton" else frozenset()  # [Note: autotuning]
         self.constants: dict[str, Any] = {}  # extra names the loader must bind
@@ -189,7 +191,11 @@ class WrapperCodeGen:
         for node in group.nodes:  # a ScatterBuffer writes memory its copy allocated
             if (node.name in kernel.args and node.name not in self.removed
                     and not isinstance(node.buffer, ScatterBuffer)):
-                self.allocate(node.buffer)
+                if node.name in self.inplace:  # [Note: writing an input in place]
+                    self.lines.append(f"    {node.name} = {self.inplace[node.name]}  "
+                                      "# the input's new value, written in place")
+                else:
+                    self.allocate(node.buffer)
         args = ", ".join([*kernel.args, *map(pexpr, kernel.size_args())])
         kernel_sizes = [pexpr(s) for s in kernel.size_vars]  # C++: after the pointers
         if kernel.name in self.tuned:
