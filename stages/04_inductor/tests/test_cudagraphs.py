@@ -119,3 +119,33 @@ def test_reduce_overhead_mlp_inference_and_training_on_gpu():
             loss.backward()
             opt.step()
         torch.testing.assert_close(twin[0].weight, model[0].weight, rtol=1e-4, atol=1e-5)
+
+
+@cuda
+def test_reduce_overhead_batchnorm_statistics_written_in_place_match_eager():
+    """[Note: writing an input in place] under CUDA graphs: the running statistics are
+    copied inputs of the recording, written in place in its static buffers and copied back
+    by aotautograd's runtime; five training steps give eager's statistics and weights."""
+    torch.manual_seed(0)
+
+    def make():
+        return torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8),
+                                   torch.nn.ReLU()).cuda()
+
+    model, twin = make(), make()
+    twin.load_state_dict(model.state_dict())
+    compiled = driver.compile(twin, mode="reduce-overhead")
+    opt_a = torch.optim.SGD(model.parameters(), lr=0.1)
+    opt_b = torch.optim.SGD(twin.parameters(), lr=0.1)
+    with torch.backends.cudnn.flags(enabled=False):  # BatchNorm in kernels, not cuDNN's call
+        for _ in range(5):
+            x = torch.randn(4, 3, 8, 8, device="cuda")
+            for fn, opt in ((model, opt_a), (compiled, opt_b)):
+                loss = fn(x).square().mean()
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+    for (name, got), want in zip(twin.named_buffers(), model.buffers()):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5, msg=name)
+    torch.testing.assert_close(twin[0].weight, model[0].weight, rtol=1e-4, atol=1e-5)
+    assert "written in place" in "\n".join(g.artifacts["wrapper"] for g in compiled.graphs)
