@@ -384,3 +384,21 @@ def test_views_with_symbolic_strides_reach_library_calls(target):
     record = compiled.graphs[0]
     assert not any("copy" in key for key in record.artifacts if key.startswith("kernels/"))
     assert "reinterpret(buf" in record.artifacts["wrapper"]
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_an_input_written_in_place_keeps_its_symbolic_sizes(target):
+    """A graph over symbolic sizes that writes an input in place: the sizes are read from
+    the input's placeholder (the trace once looked them up on the written value's node and
+    failed, so the graph ran eagerly). fullgraph=True: a failure raises."""
+
+    def f(buf, x):
+        buf.mul_(0.5)
+        return (buf + x).sum()
+
+    compiled = driver.compile(f, dynamic=True, fullgraph=True, options={"target": target})
+    for n in (8, 13, 21):
+        mine, theirs, x = torch.ones(n), torch.ones(n), torch.randn(n)
+        torch.testing.assert_close(compiled(mine, x), f(theirs, x))
+        torch.testing.assert_close(mine, theirs)
+    assert len(compiled.graphs) == 1

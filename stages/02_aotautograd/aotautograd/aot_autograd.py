@@ -20,6 +20,7 @@ the graphs differ, so a call with a new signature compiles a new entry.
 from __future__ import annotations
 
 import logging
+import warnings
 from collections.abc import Callable, Sequence
 
 import torch
@@ -80,7 +81,10 @@ def aot_module_simplified(
 
     def forward(*args: object) -> tuple:
         primals = [*args, *state()]  # read once per call: [Note: per-call cost]
-        return entry_for(args, primals)(*primals)
+        run = entry_for(args, primals)
+        if run.overlaps and written_input_overlaps(primals, run.overlaps):
+            return run_eagerly(gm, args)  # [Note: a written input that another input sees]
+        return run(*primals)
 
     for name in ("fw_graph", "bw_graph", "joint_graph", "partition", "program"):
         setattr(forward, name, getattr(first, name))  # for printing and tests
@@ -119,8 +123,44 @@ def compile_entry(gm: Callable, args: list, state: list, train: bool, fw_compile
         run.fw_graph, run.bw_graph = partition.forward, partition.backward
         run.joint_graph, run.partition = program.graph_module, partition
     run.program = program
+    run.overlaps = overlap_checks(program, primals)
     return run
 # --8<-- [end:compile-entry]
+
+
+# [Note: a written input that another input sees]
+# The traced program is functional: an input written in place gets its new value after the
+# graph ran, and every read in the graph sees the old one. Eager reads the new value through
+# any other tensor that shares the memory: ``f(x, x.view(4, 4))`` with ``a.add_(1)`` inside
+# returns ``b`` plus one in eager. So when a call passes an argument that the program writes
+# together with another tensor in the same storage, that call runs eagerly (one warning), as
+# eager would. Only arguments written in place are checked, at every call, against the other
+# tensors: a module's buffers (BatchNorm's running statistics) are written at every call of
+# a training step, and asking 15 of them for their storage per call would cost more than
+# the rare program that passes a view of its own buffer as an argument; that case is not
+# caught.
+def overlap_checks(program: Program, primals: Sequence[object]) -> list[tuple[int, list[int]]]:
+    """Per argument the program writes, the other tensor primals to compare storages with."""
+    tensors = [i for i, p in enumerate(primals) if isinstance(p, torch.Tensor)]
+    return [(m, [i for i in tensors if i != m]) for m in program.mutated_inputs
+            if m < program.num_user_inputs]
+
+
+def written_input_overlaps(primals: Sequence[object],
+                           checks: list[tuple[int, list[int]]]) -> bool:
+    for written, others in checks:
+        storage = primals[written].untyped_storage().data_ptr()
+        if any(primals[i].untyped_storage().data_ptr() == storage for i in others):
+            return True
+    return False
+
+
+def run_eagerly(gm: Callable, args: Sequence[object]) -> tuple:
+    """The call as eager runs it, flat like the compiled program's outputs."""
+    warnings.warn("aotautograd: an argument written in place shares memory with another "
+                  "input; running this call eagerly ([Note: a written input that another "
+                  "input sees])", stacklevel=3)
+    return tuple(torch.utils._pytree.tree_leaves(gm(*args)))
 
 
 def mark_input_mutations(fw_gm: torch.fx.GraphModule, program: Program) -> None:

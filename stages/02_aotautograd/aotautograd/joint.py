@@ -129,6 +129,9 @@ def trace_program(fn: Callable, example_inputs: Sequence[object],
                 name, tensor), train and tensor.requires_grad)
             primals.append(by_id[id(tensor)])
             state_names.append(name)
+    # each primal's placeholder, taken now: a primal written in place is traced on as its
+    # new value (another node), but its sizes still come from the input
+    index = {p.proxy.node: i for i, p in enumerate(primals) if isinstance(p, TracerTensor)}
     with swapped_state(fn, {n: by_id[id(t)] for n, t in state.items()}), tracing(tracer, primals):
         outputs = pytree.tree_leaves(fn(*primals[:len(example_inputs)]))
         program_outputs, graph_values = classify_outputs(tracer, primals, outputs)
@@ -146,7 +149,6 @@ def trace_program(fn: Callable, example_inputs: Sequence[object],
         else:
             differentiable, grad_primals = [], []
     tracer.graph.output(tuple(_as_node(v) for v in graph_values + grads))
-    index = {p.proxy.node: i for i, p in enumerate(primals) if isinstance(p, TracerTensor)}
     size_sources = {s: (index[node], d) for s, (node, d) in tracer.symbol_sources.items()}
     return Program(_graph_module(tracer), len(primals), len(example_inputs), state_names,
                    mutated, program_outputs, len(graph_values), differentiable, grad_primals,
