@@ -214,16 +214,15 @@ def test_library_calls_bind_torch_functions(target, monkeypatch):
     """[Note: torch.mm, not aten.mm.default]: a convolution, its backward and the mms of a
     linear head's backward: values and gradients as eager's; the wrapper binds
     ``torch.convolution`` and ``torch.mm``, and ``convolution_backward`` (no such function
-    in ``torch``) keeps its overload."""
+    in ``torch``) its overload's C entry point."""
     torch.manual_seed(3)
     dev = device_for(target)
     conv = torch.nn.Conv2d(3, 4, 3, padding=1).to(dev)
     head = torch.nn.Linear(4 * 25, 6).to(dev)
     fn = lambda x: head(torch.relu(conv(x)).flatten(1)).square().sum()  # noqa: E731
     wrapper = importlib.import_module("inductor.codegen.wrapper")
-    bound = []
-    monkeypatch.setattr(wrapper, "library_function",
-                        lambda op: bound.append(wrapper.LIBRARY_FUNCTIONS.get(op, op)) or bound[-1])
+    bound, real = [], wrapper.library_function
+    monkeypatch.setattr(wrapper, "library_function", lambda op: bound.append(real(op)) or bound[-1])
     compiled = driver.compile(fn, options={"target": target})
     x = torch.randn(2, 3, 5, 5, device=dev, requires_grad=True)
     x_ref = x.detach().clone().requires_grad_()
@@ -236,4 +235,4 @@ def test_library_calls_bind_torch_functions(target, monkeypatch):
     for got, p in zip(grads, (*conv.parameters(), *head.parameters())):
         torch.testing.assert_close(got, p.grad)
     assert torch.convolution in bound and torch.mm in bound
-    assert torch.ops.aten.convolution_backward.default in bound
+    assert torch.ops.aten.convolution_backward.default._op in bound
