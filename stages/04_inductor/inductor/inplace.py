@@ -39,7 +39,7 @@ from typing import Any
 
 import sympy
 
-from inductor.ir import Buffer, ComputedBuffer, InputBuffer, ScatterBuffer
+from inductor.ir import ComputedBuffer, InputBuffer, ScatterBuffer
 from inductor.scheduler import ExternNode, FusedGroup, SchedulerNode
 
 
@@ -69,12 +69,11 @@ def inplace_writes(mutations: Sequence[tuple[int, int]], graph: Any, groups: lis
         node = nodes.get(getattr(new, "name", None))
         if (node is None or not _same_memory_shape(new, old) or new.name in removed
                 or returned.count(new.name) != 1 or old.name in returned
-                or old.name in library_reads or new.name in found):
+                or old.name in library_reads):
             continue
-        (write,) = [i for name, i in node.writes if name == new.name] or [None]
-        reads = readers.get(old.name, [])
-        if write is not None and all(reader is node and sympy.simplify(i - write) == 0
-                                     for reader, i in reads):
+        writes = [i for name, i in node.writes if name == new.name]
+        if len(writes) == 1 and all(reader is node and sympy.simplify(i - writes[0]) == 0
+                                    for reader, i in readers.get(old.name, [])):
             found[new.name] = old.name
     return found
 
@@ -82,8 +81,7 @@ def inplace_writes(mutations: Sequence[tuple[int, int]], graph: Any, groups: lis
 def _same_memory_shape(new: Any, old: Any) -> bool:
     """A pointwise kernel's buffer and a graph input of the same dtype, sizes and strides."""
     if (not isinstance(new, ComputedBuffer) or isinstance(new, ScatterBuffer)
-            or new.is_reduction() or not isinstance(old, InputBuffer)
-            or not isinstance(old, Buffer)):
+            or new.is_reduction() or not isinstance(old, InputBuffer)):
         return False
     a, b = new.layout, old.layout
     return (a.dtype == b.dtype and len(a.size) == len(b.size)
