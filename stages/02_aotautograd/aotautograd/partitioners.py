@@ -97,6 +97,7 @@ def min_cut_rematerialization_partition(program: Program) -> Partition:
     """Save the fewest bytes from which the backward can recompute what it needs, using only
     cheap ops; see [Note: what to save]."""
     network, source, sink = FlowNetwork(), "source", "sink"
+    reduced = only_reduced(program.graph_module.graph)
     for node in program.graph_module.graph.nodes:
         if node.op == "output":
             continue
@@ -105,7 +106,7 @@ def min_cut_rematerialization_partition(program: Program) -> Partition:
             continue
         if is_primal(node) or not can_recompute(node):
             network.add_edge(source, (node, "in"), math.inf)
-        network.add_edge((node, "in"), (node, "out"), node_bytes(node) + is_slice(node))
+        network.add_edge((node, "in"), (node, "out"), save_cost(node, reduced))
         for user in node.users:
             if user.op != "output":
                 network.add_edge((node, "out"), (user, "in"), math.inf)
@@ -115,6 +116,59 @@ def min_cut_rematerialization_partition(program: Program) -> Partition:
     log.debug("min cut: %s bytes, saving %s", value, [n.name for n in saved])
     return build_partition(program, saved)
 # --8<-- [end:min-cut]
+
+
+# [Note: saving a value the forward only reduces]
+# Bytes alone make two cuts of GPT-2's loss tie: the log-softmax (batch x vocab), or the
+# logits it came from plus two numbers a row (the max and the sum of exponentials). The
+# minimum picked the log-softmax, the smaller by those numbers, yet it is the dearer
+# choice. The logits are a matrix multiply's output, in memory anyway; the forward reads
+# the log-softmax only through a gather of each row's target entry, and the values before
+# it (the logits in float32, minus the max) only through the reductions of the same kernel.
+# Unsaved, none of them is ever written; saved, the forward writes batch x vocab elements
+# (823 MB for GPT-2 in bfloat16), which the loss kernel spent half its time on, and holds a
+# second such tensor. So a value that the forward reads only through reductions and
+# gathers (directly, or through elementwise ops of its own size) costs twice its bytes to
+# save: once to hold it, once to write it.
+#
+# Why not every value the forward would fuse away? A GELU's input is one too, and doubling
+# its cost made the cut save the projection's output without its bias: the bias could no
+# longer ride in the matrix multiply's epilogue ([Note: linear] in inductor), and GPT-2's
+# step lost 0.6 ms of GPU time. A value some matrix multiply reads, even through other
+# elementwise ops, is computed in full for it, and costs its plain bytes as before.
+# --8<-- [start:only-reduced]
+def only_reduced(graph: fx.Graph) -> set[fx.Node]:
+    """The forward values the forward reads only through reductions and gathers, directly
+    or through elementwise ops of the same size ([Note: saving a value the forward only
+    reduces])."""
+    found: set[fx.Node] = set()
+    for node in reversed(graph.nodes):  # users before the values they read
+        if is_backward(node) or not can_recompute(node):  # a kernel's output: written
+            continue
+        readers = [u for u in node.users if not is_backward(u)]
+        if readers and all(_reduces(reader, node, found) for reader in readers):
+            found.add(node)
+    return found
+
+
+def _reduces(reader: fx.Node, value: fx.Node, found: set[fx.Node]) -> bool:
+    """Does ``reader`` read ``value`` only to reduce it, or to pick a few entries, in
+    the kernel that computes it (not a matrix multiply's operand, not an output)?"""
+    if reader.op != "call_function" or _op_name(reader).lstrip("_") in EXPENSIVE:
+        return False
+    if can_recompute(reader):  # elementwise (a broadcast would grow it: not that)
+        return reader in found and _numel(reader) == _numel(value)
+    if _op_name(reader) == "gather":
+        return reader.args[0] is value  # not the index
+    return _numel(reader) < _numel(value)  # a reduction
+
+
+def save_cost(node: fx.Node, reduced: set[fx.Node] = frozenset()) -> float:
+    """What saving ``node`` for the backward costs, in bytes: its size, twice that for a
+    value the forward only reduces ([Note: saving a value the forward only reduces]),
+    and one byte more for a slice ([Note: saving a slice])."""
+    return node_bytes(node) * (2 if node in reduced else 1) + is_slice(node)
+# --8<-- [end:only-reduced]
 
 
 # --8<-- [start:can-recompute]
@@ -157,9 +211,14 @@ def can_recompute(node: fx.Node) -> bool:
 def is_slice(node: fx.Node) -> bool:
     """A slice (of any stage's op set): recomputable, and one byte dearer to save than its
     bytes ([Note: saving a slice])."""
-    name = getattr(node.target, "__name__", "") if node.op == "call_function" else ""
-    return name.split(".")[0] == "slice"
+    return _op_name(node) == "slice"
 # --8<-- [end:can-recompute]
+
+
+def _op_name(node: fx.Node) -> str:
+    """``slice`` for ``minipt2.slice.default`` (any stage's op set); "" for non-calls."""
+    name = getattr(node.target, "__name__", "") if node.op == "call_function" else ""
+    return name.split(".")[0]
 
 
 def _numel(node: fx.Node) -> float:
