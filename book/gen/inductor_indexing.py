@@ -1,6 +1,7 @@
 """Outputs for the inductor chapter's sections on loops that data steers: an embedding and
 its backward (indirect loads and atomic adds), ``cat`` (masked loads), ``torch.max`` over
-long rows (argmax), a wide LayerNorm (Welford) and dropout (random numbers in the kernel).
+long rows (argmax), a wide LayerNorm (Welford), a long softmax (the online sum) and
+dropout (random numbers in the kernel).
 
 Kept apart from ``inductor.py`` (softmax, scheduling) so that each stays one sitting.
 ``generate(write)`` compiles each example, checks it against eager, and writes its kernel
@@ -90,6 +91,13 @@ def generate(write) -> None:
                                    rtol=1e-4, atol=1e-4)
         (kernel,) = kernels(compiled.graphs[0])
         write("inductor/layernorm_welford_triton.py", kernel_text(kernel))
+
+        driver.reset()  # [Note: online softmax]: the max and the sum in one loop
+        x = torch.randn(4, 300)
+        compiled = driver.compile(lambda a: torch.softmax(a, 1), options={"target": "triton"})
+        torch.testing.assert_close(compiled(x), torch.softmax(x, 1))
+        (kernel,) = kernels(compiled.graphs[0])
+        write("inductor/softmax_online_triton.py", kernel_text(kernel))
     finally:
         triton_reduction.PERSISTENT_MAX = saved
 

@@ -203,14 +203,23 @@ class Loop:
     combine: list[str] = dataclasses.field(default_factory=list)
 
 
-def plan_loops(nodes: list[SchedulerNode], placements: dict[str, Placement]) -> list:
+def plan_loops(nodes: list[SchedulerNode], placements: dict[str, Placement],
+               online: dict[str, str] | None = None) -> list:
     """The order a looped reduction kernel runs its nodes in: "x" nodes once per row, the
     others in loops over r (a list of nodes). A loop ends before a node that reads a
-    reduction computed in it; see [Note: reduction fusion]."""
+    reduction computed in it (see [Note: reduction fusion]), except a sum in ``online``
+    (sum -> the max it subtracts) that reads only its max ([Note: online softmax])."""
     blocks: list = []
     loop: list | None = None
     loop_at, reduced = 0, set()
+    online, loop_of = online or {}, {}
     for node in nodes:
+        if online.get(node.name) in loop_of:  # computed alongside its max, in its pass
+            loop_of[online[node.name]].append(node)
+            loop_of[node.name] = loop_of[online[node.name]]
+            if loop_of[node.name] is loop:
+                reduced.add(node.name)
+            continue
         needs = {name for name, _ in node.reads} & reduced
         if placements[node.name].kind == "x":
             if needs:
@@ -227,6 +236,7 @@ def plan_loops(nodes: list[SchedulerNode], placements: dict[str, Placement]) -> 
         loop.append(node)
         if node.is_reduction():
             reduced.add(node.name)
+            loop_of[node.name] = loop
     return blocks
 
 
@@ -262,6 +272,7 @@ class Kernel:
         self.indirect_sizes: list[sympy.Expr] = []
         self.helpers: dict[str, str] = {}  # module-level functions the kernel calls, by name
         self.welfords: dict[str, tuple[CSEVariable, CSEVariable]] = {}  # value -> (mean, m2)
+        self.online: dict[str, str] = {}  # sums of the open loop computed online -> max
 
     def run_node(self, node: SchedulerNode) -> None:
         node.run(self.placements[node.name])
@@ -272,11 +283,19 @@ class Kernel:
             for node in self.group.nodes:
                 self.run_node(node)
 
+    def online_sums(self) -> dict[str, str]:
+        """Sums this printer computes in the loop of their max (sum -> max); Triton's:
+        [Note: online softmax]."""
+        return {}
+
     def generate_looped_body(self) -> None:
         """Nodes in the order ``plan_loops`` gives, each loop over r in a scope of its own."""
+        online = self.online_sums()
         with V.set_ops_handler(self):
-            for block in plan_loops(self.group.nodes, self.placements):
+            for block in plan_loops(self.group.nodes, self.placements, online):
                 if isinstance(block, list):
+                    names = {node.name for node in block}
+                    self.online = {s: m for s, m in online.items() if s in names and m in names}
                     with self.loop_over_r():
                         for node in block:
                             self.run_node(node)

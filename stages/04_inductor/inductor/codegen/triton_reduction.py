@@ -52,6 +52,7 @@ same text, which would keep the float32 values live (84.7%); it reloads.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable
 from typing import Any
@@ -61,6 +62,7 @@ import torch
 
 from inductor import autotune, sizevars
 from inductor.codegen.common import CSEVariable, Loop, Scope, identity, kernel_name
+from inductor.codegen.online_softmax import online_sums
 from inductor.codegen.triton import (
     TRITON_TYPES,
     KernelSource,
@@ -175,6 +177,22 @@ def widen_bfloat16(raw: CSEVariable) -> str:
     ``.to(tl.float32)``, but a text (and an instruction) the compiler cannot merge with that
     one, so the 16-bit ``raw`` is what stays in registers. [Note: reloading a row]"""
     return f"({raw}.to(tl.uint16, bitcast=True).to(tl.uint32) << 16).to(tl.float32, bitcast=True)"
+
+
+class _RowMax(CSEVariable):
+    """``load(m)`` in a sum computed online: the row's max ([Note: online softmax])."""
+
+
+@dataclasses.dataclass(frozen=True)
+class _Shifted(CSEVariable):
+    """``h - m`` in such a sum."""
+
+    value: CSEVariable
+    row_max: CSEVariable
+
+
+class _ShiftedExp(_Shifted):
+    """``exp(h - m)`` in such a sum."""
 
 
 class TritonReductionKernel(TritonKernel):
@@ -393,6 +411,71 @@ class TritonReductionKernel(TritonKernel):
         shifted = f"({first} + {mean_rel})"
         return f"{mean} = tl.where({shifted} != {shifted}, {plain_sum} / rnumel, {shifted})"
     # --8<-- [end:triton-welford]
+
+    # --8<-- [start:online-softmax]
+    # [Note: online softmax] (online_softmax.py): a sum of exp(h - m) computed in the loop of
+    # the max m. Its body runs with load(m) standing for the row's max, and sub, exp and sum
+    # recognize the stand-ins; online_sums has checked that the body is exactly that shape.
+    online_shift: str | None = None  # the max's buffer, while printing such a sum
+
+    def online_sums(self) -> dict[str, str]:
+        return online_sums(self.group, self.placements)
+
+    def run_node(self, node: Any) -> None:
+        outer = self.online_shift  # a node the sum reads is printed inside the sum's
+        self.online_shift = self.online.get(node.name, outer)
+        try:
+            super().run_node(node)
+        finally:
+            self.online_shift = outer
+
+    def load(self, name: str, index: sympy.Expr) -> CSEVariable:
+        value = super().load(name, index)
+        return _RowMax(value.name, value.dtype) if name == self.online_shift else value
+
+    def store(self, name: str, index: sympy.Expr, value: CSEVariable,
+              mode: str | None = None) -> None:
+        if isinstance(value, (_RowMax, _Shifted)):  # a stand-in: for the sum's eyes only
+            self.scopes[-1].stored[(name, self.index(index))] = value
+            return
+        super().store(name, index, value, mode)
+
+    def sub(self, a: CSEVariable, b: CSEVariable) -> CSEVariable:
+        if isinstance(b, _RowMax):
+            return _Shifted(str(a), torch.float32, a, b)
+        return self.__getattr__("sub")(a, b)
+
+    def exp(self, x: CSEVariable) -> CSEVariable:
+        if isinstance(x, _Shifted):
+            return _ShiftedExp(x.name, x.dtype, x.value, x.row_max)
+        return self.__getattr__("exp")(x)
+
+    def reduction(self, dtype: torch.dtype, reduction_type: str, value: CSEVariable,
+                  first: Callable[[], CSEVariable] | None = None) -> CSEVariable:
+        if isinstance(value, _ShiftedExp):
+            return self.online_sum(value.value, value.row_max)
+        return super().reduction(dtype, reduction_type, value, first)
+
+    def online_sum(self, h: CSEVariable, row_max: CSEVariable) -> CSEVariable:
+        """sum(exp(h - row_max)) over the row, in the loop that computes ``row_max``: the
+        row keeps the largest h so far and each lane its sum of exp(h - largest), rescaled
+        when the largest grows (one exp a row per tile); after the loop the lanes' sums add
+        up and are scaled by exp(largest - row_max), 1 in a softmax."""
+        loop, ninf = self.loop, "float('-inf')"
+        big, total = self.fresh(torch.float32, "acc"), self.fresh(torch.float32, "acc")
+        grown, result = self.fresh(torch.float32), self.fresh(torch.float32)
+        loop.prefix += [f"{big} = tl.full([XBLOCK, 1], {ninf}, tl.float32)",
+                        f"{total} = tl.full([XBLOCK, RBLOCK], 0, tl.float32)"]
+        tile_max = reduce_tile("max", torch.float32, f"tl.where(rmask, {h}, {ninf})")
+        self.lines += [
+            f"{grown} = max_with_nan({big}, {tile_max})",
+            f"{total} = tl.where({grown} == {ninf}, 0.0, {total} * tl.exp({big} - {grown}) + "
+            f"tl.where(rmask, tl.exp({h} - {grown}), 0.0))",
+            f"{big} = {grown}"]
+        loop.suffix.append(f"{result} = {reduce_tile('sum', torch.float32, str(total))} * "
+                           f"tl.exp({big} - {row_max})")
+        return result
+    # --8<-- [end:online-softmax]
 
     full_rows = False  # RBLOCK == rnumel in every launch config: rmask is all true
 
