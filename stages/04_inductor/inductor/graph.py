@@ -69,8 +69,27 @@ def is_cheap(value: Pointwise, buffer_of: Callable[[str], Buffer | None]) -> boo
     read = [buffer_of(name) for name in {name for name, _ in handler.reads}]
     numel = sympy.Mul(*value.ranges)
     wide = read if len(read) == 1 else [b for b in read if not _much_smaller(b, numel)]
-    return (len(wide) == 1 and wide[0] is not None
-            and value.dtype.itemsize > wide[0].get_dtype().itemsize)
+    if len(wide) != 1 or wide[0] is None:
+        return False
+    if value.dtype.itemsize > wide[0].get_dtype().itemsize:
+        return True
+    small = [b for b in read if b is not wide[0]]  # [Note: a value and its own statistics]
+    return (bool(small) and set(handler.op_names) <= AFFINE
+            and all(_statistic_of(b, wide[0]) for b in small))
+
+
+AFFINE = {"add", "sub", "mul", "div", "neg", "to_dtype", "constant"}
+
+
+def _statistic_of(buffer: Buffer | None, source: Buffer) -> bool:
+    """Whether ``buffer`` is a reduction whose body reads ``source`` (a row's max of it)."""
+    data = getattr(buffer, "data", None)
+    if not isinstance(data, Reduction):
+        return False
+    handler = ReadWritesHandler()
+    with V.set_ops_handler(handler):
+        data.inner_fn(index_vars(data.ranges), index_vars(data.reduction_ranges, "r"))
+    return source.name in {name for name, _ in handler.reads}
 
 
 def _much_smaller(buffer: Buffer | None, numel: sympy.Expr) -> bool:
@@ -106,6 +125,17 @@ def _much_smaller(buffer: Buffer | None, numel: sympy.Expr) -> bool:
 # before the cast, it is a bfloat16 one, half the bytes written and read, and each reader
 # upcasts as it loads; the values are the same, since ``dy`` was rounded to bfloat16 before
 # the cast. (The MLP's [4096, 4096] layer norm backward wrote and read 64 MiB less.)
+#
+# [Note: a value and its own statistics]
+# One more kind at any width: ``x`` minus its row's max, or times its row's rstd, where the
+# other reads are reductions of ``x`` itself. Its users are the reductions' own kernel (which
+# reads ``x`` anyway) and whatever follows; stored, it is a write and a read of a whole
+# tensor where reading ``x`` again costs the read alone. A float32 cross-entropy stored
+# ``x - max`` (1.6 GB for GPT-2's logits) only for the kernel that gathers each row's target
+# entry, which now computes its few entries from the logits. Only arithmetic: a softmax's
+# ``exp(x - max)`` is kept for its division (the C++ loops keep the row's exps in a scratch).
+# A value with a vector of another tensor (a bias) is not one of these: stored once, it is
+# what a matrix multiply reads.
 # --8<-- [end:store-wider]
 
 
