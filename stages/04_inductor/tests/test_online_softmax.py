@@ -116,3 +116,20 @@ def test_other_sums_keep_their_second_loop(looped):
     (got,) = compiled(*to_target([x], "triton"))
     assert_close(got, fn(x)[0], equal_nan=True)
     assert loops_of(compiled) == [2]
+
+
+def test_rows_of_symbolic_length(looped):
+    """A row length that is a symbol (dynamic shapes): the same one-pass kernel serves
+    every length, full tiles or not."""
+    import driver
+
+    driver.reset()
+    compiled = driver.compile(lambda x: torch.log_softmax(x, -1), dynamic=True,
+                              options={"target": "triton"})
+    for length in (45, 64, 97):
+        x = rows()[:, :1].repeat(1, length) + torch.randn(7, length)
+        x[2, ::3] = float("-inf")
+        assert_close(compiled(x), torch.log_softmax(x, -1), equal_nan=True)
+    symbolic = [text for graph in compiled.graphs for key, text in graph.artifacts.items()
+                if key.startswith("kernels/") and ", rnumel, " in text]  # not a constexpr
+    assert symbolic and all("tl.exp(acc" in text for text in symbolic)  # the rescaled sum
