@@ -10,8 +10,8 @@ Chapter: book/docs/inductor.md ("Online softmax").
 # A softmax (or a log-softmax, or a cross-entropy's log-sum-exp) over a row too long for
 # registers is two reductions: m = max(x), then s = sum(exp(x - m)). The second reads the
 # first, so a looped kernel reads the row twice: one loop for m, another for s. GPT-2's loss
-# reads 8192 rows of 50257 logits, 823 MB in bfloat16, and the second pass was a third of
-# its forward kernel.
+# reads 8192 rows of 50257 logits, 823 MB in bfloat16; one pass instead of two took its
+# forward kernel from 0.40 to 0.34 ms on the H200.
 #
 # Milakov and Gimelshein's online normalizer computes both in one pass. The row keeps the
 # largest value it has seen, m', and each lane its sum of exponentials relative to it, s'.
@@ -28,8 +28,7 @@ Chapter: book/docs/inductor.md ("Online softmax").
 # ``exp(h - load(m))``, ``m`` a ``max`` of the same group and ``h`` reading no reduction of
 # the group (elementwise nodes of the group that the sum reads are looked through). Anything
 # else keeps its second loop. Only the Triton kernels do this; the C++ kernels keep two
-# loops (a row there comes back from cache, and the rescaling costs arithmetic). GPT-2's
-# loss kernel (bfloat16, H200) went from 0.40 to 0.34 ms.
+# loops (a row there comes back from cache, and the rescaling costs arithmetic).
 """
 
 from __future__ import annotations
