@@ -127,8 +127,9 @@ def _much_smaller(buffer: Buffer | None, numel: sympy.Expr) -> bool:
 # the cast. (The MLP's [4096, 4096] layer norm backward wrote and read 64 MiB less.)
 #
 # [Note: a value and its own statistics]
-# One more kind at any width: ``x`` minus its row's max, or times its row's rstd, where the
-# other reads are reductions of ``x`` itself. Its users are the reductions' own kernel (which
+# One more kind at any width: arithmetic on ``x`` and reductions of ``x`` itself, such as
+# ``x`` minus its row's max (not ``(x - mean) * rstd``: rstd is an rsqrt, and only
+# arithmetic counts here). Its users are the reductions' own kernel (which
 # reads ``x`` anyway) and whatever follows; stored, it is a write and a read of a whole
 # tensor where reading ``x`` again costs the read alone. A float32 cross-entropy stored
 # ``x - max`` (1.6 GB for GPT-2's logits) only for the kernel that gathers each row's target

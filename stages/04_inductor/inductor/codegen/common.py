@@ -300,6 +300,7 @@ class Kernel:
                         for node in block:
                             self.run_node(node)
                 else:
+                    self.online = {}  # a node once per row: no loop, no sum in one
                     self.run_node(block)
 
     @contextlib.contextmanager
