@@ -64,43 +64,106 @@ def is_placed(t: Any) -> bool:
         t.data_ptr() in _STATIC_OUTPUT_PTRS
 
 
+# --8<-- [start:pinning]
+# [Note: a recording holds no placed input]
+# A training step chains recordings: the forward's outputs include the values saved for the
+# backward, and the backward's recording reads them in place (they are placed inputs there,
+# being a recording's static outputs). If that recording kept the tensors it was recorded
+# with, it would hold a reference to the forward's static buffers for good, their use count
+# would never drop back to the count taken after recording, and the forward's recordings
+# would look busy at every later call: each step then ran its graphs plainly, after the
+# checks. That was the state of every training workload in mode="reduce-overhead" until we
+# printed the runners' logs on the H200 (graph_breaks and the convnet: no replay after the
+# third step). A recording therefore keeps, for a placed input, only its address and
+# strides (all ``accepts`` compares). Nor does it keep an output that is a placed input
+# passed through (the forward saves its inputs for the backward: a parameter, or the
+# previous graph's static output): such an output is rebuilt from the call's own argument at
+# each replay (``PassedThrough``), the argument itself when it was returned as it is, which
+# is what the plain call returns too.
+# --8<-- [end:pinning]
+@dataclasses.dataclass(frozen=True)
+class PassedThrough:
+    """An output that is placed input ``index``, or a view of it (``view``: size, strides,
+    storage offset); see [Note: a recording holds no placed input]."""
+
+    index: int
+    view: tuple | None = None
+
+    def rebuild(self, args: Sequence[Any]) -> torch.Tensor:
+        arg = args[self.index]
+        return arg if self.view is None else arg.as_strided(*self.view)
+
+
 @dataclasses.dataclass
 class Recording:
-    """One CUDA graph with its static inputs and outputs."""
+    """One CUDA graph with its static inputs and outputs. Per argument, ``inputs`` holds the
+    static buffer of a copied tensor, the address and strides of a placed one
+    ([Note: a recording holds no placed input]), or a non-tensor argument's value."""
 
     graph: Any  # torch.cuda.CUDAGraph
-    inputs: list[Any]  # the static input tensors (placed ones are the caller's own)
+    inputs: list[Any]
     placed: list[bool]
-    outputs: tuple
-    baseline: list[int]  # storage use counts of ``watched`` right after recording
+    outputs: tuple  # static output buffers, and ``PassedThrough`` for placed inputs
     watched: list[torch.Tensor]  # buffers a replay writes: outputs and copied inputs
+    baseline: list[int] = dataclasses.field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        # each watched buffer's storage, by its C pointer: asking a tensor for its storage
+        # makes a Python object at every call, and the watched tensors keep it alive
+        self.storages = [t.untyped_storage()._cdata for t in self.watched]
+        self.baseline = [torch._C._storage_Use_Count(s) for s in self.storages]
+        self.copied = [i for i, (a, p) in enumerate(zip(self.inputs, self.placed))
+                       if isinstance(a, torch.Tensor) and not p]
+        self.at = [(i, a) for i, (a, p) in enumerate(zip(self.inputs, self.placed)) if p]
+        self.constants = [(i, a) for i, (a, p) in enumerate(zip(self.inputs, self.placed))
+                          if not p and not isinstance(a, torch.Tensor)]
 
     # --8<-- [start:busy]
     def busy(self) -> bool:
-        return any(_use_count(t) > n for t, n in zip(self.watched, self.baseline))
+        use_count = torch._C._storage_Use_Count
+        return any(use_count(s) > n for s, n in zip(self.storages, self.baseline))
 
     def accepts(self, args: Sequence[Any]) -> bool:
         """Whether ``args`` can be run by this recording (same placed addresses, layouts)."""
-        for arg, static, placed in zip(args, self.inputs, self.placed):
-            if not isinstance(arg, torch.Tensor):
-                if arg != static:
-                    return False
-            elif placed:
-                if arg.data_ptr() != static.data_ptr() or arg.stride() != static.stride():
-                    return False
-            elif arg.shape != static.shape or arg.stride() != static.stride() \
+        for i, (address, stride) in self.at:
+            arg = args[i]
+            if arg.data_ptr() != address or arg.stride() != stride:
+                return False
+        for i in self.copied:
+            arg, static = args[i], self.inputs[i]
+            if arg.shape != static.shape or arg.stride() != static.stride() \
                     or arg.dtype != static.dtype or arg.device != static.device:
                 return False
-        return True
+        return all(args[i] == value for i, value in self.constants)
 
     def replay(self, args: Sequence[Any]) -> tuple:
-        for arg, static, placed in zip(args, self.inputs, self.placed):
-            if isinstance(arg, torch.Tensor) and not placed and arg.data_ptr() != \
-                    static.data_ptr():
-                static.copy_(arg)
+        for i in self.copied:
+            static = self.inputs[i]
+            if args[i].data_ptr() != static.data_ptr():
+                static.copy_(args[i])
         self.graph.replay()
-        return tuple(o.detach() if isinstance(o, torch.Tensor) else o for o in self.outputs)
+        return tuple(o.detach() if isinstance(o, torch.Tensor) else
+                     o.rebuild(args) if isinstance(o, PassedThrough) else o
+                     for o in self.outputs)
     # --8<-- [end:busy]
+
+
+def placed_layout(t: torch.Tensor) -> tuple[int, tuple[int, ...]]:
+    """What a recording keeps of a placed input: its address and strides."""
+    return t.data_ptr(), t.stride()
+
+
+def passed_through(output: Any, inputs: Sequence[Any], sources: dict[int, int]) -> Any:
+    """``output`` as a recording keeps it: a ``PassedThrough`` when it shares the storage of
+    a placed input (``sources``: storage address -> argument index), else itself."""
+    if not isinstance(output, torch.Tensor):
+        return output
+    index = sources.get(output.untyped_storage().data_ptr())
+    if index is None:
+        return output
+    if output is inputs[index]:
+        return PassedThrough(index)
+    return PassedThrough(index, (output.shape, output.stride(), output.storage_offset()))
 
 
 class CudaGraphRunner:
@@ -110,6 +173,7 @@ class CudaGraphRunner:
         self.call, self.name = call, name
         self.recordings: list[Recording] = []
         self.calls = 0
+        self.replays = 0  # calls a recording served
         self.failed: str | None = None
         self.log: list[str] = []
 
@@ -119,12 +183,14 @@ class CudaGraphRunner:
             return self.call(*args)  # call 1 is the warm-up
         for recording in self.recordings:
             if recording.accepts(args) and not recording.busy():
+                self.replays += 1
                 return recording.replay(args)
         if len(self.recordings) < MAX_RECORDINGS:
             recording = self.record(args)
             if recording is not None:
                 self.recordings.append(recording)
                 self.log.append(f"{self.name}: recorded CUDA graph {len(self.recordings)}")
+                self.replays += 1
                 return recording.replay(args)
         self.log.append(f"{self.name}: call {self.calls} ran without a CUDA graph (every "
                         "recording is busy or expects other input addresses)")
@@ -153,11 +219,15 @@ class CudaGraphRunner:
                           f"for {self.name} ({self.failed}); running it without one",
                           stacklevel=3)
             return None
-        watched = [o for o in outputs if isinstance(o, torch.Tensor)] + \
-            [s for s, p in zip(inputs, placed) if isinstance(s, torch.Tensor) and not p]
-        baseline = [_use_count(t) for t in watched]
-        _STATIC_OUTPUT_PTRS.update(o.data_ptr() for o in outputs if isinstance(o, torch.Tensor))
-        return Recording(graph, inputs, placed, tuple(outputs), baseline, watched)
+        sources = {a.untyped_storage().data_ptr(): i for i, (a, p) in enumerate(zip(args, placed))
+                   if p}
+        kept_outputs = [passed_through(o, inputs, sources) for o in outputs]
+        statics = [o for o in kept_outputs if isinstance(o, torch.Tensor)]
+        watched = statics + [s for s, p in zip(inputs, placed)
+                             if isinstance(s, torch.Tensor) and not p]
+        _STATIC_OUTPUT_PTRS.update(o.data_ptr() for o in statics)
+        kept = [placed_layout(a) if p else a for a, p in zip(inputs, placed)]
+        return Recording(graph, kept, placed, tuple(kept_outputs), watched)
 
 
 def wants_cudagraphs(mode: str | None, example_inputs: Sequence[Any]) -> bool:
@@ -168,4 +238,4 @@ def wants_cudagraphs(mode: str | None, example_inputs: Sequence[Any]) -> bool:
             and bool(tensors) and all(t.device.type == "cuda" for t in tensors))
 
 
-__all__ = ["CudaGraphRunner", "Recording", "is_placed", "wants_cudagraphs"]
+__all__ = ["CudaGraphRunner", "PassedThrough", "Recording", "is_placed", "wants_cudagraphs"]

@@ -9,7 +9,14 @@ from __future__ import annotations
 import pytest
 import torch
 from inductor import cudagraphs
-from inductor.cudagraphs import CudaGraphRunner, Recording, is_placed
+from inductor.cudagraphs import (
+    CudaGraphRunner,
+    PassedThrough,
+    Recording,
+    is_placed,
+    passed_through,
+    placed_layout,
+)
 
 import driver
 
@@ -30,9 +37,37 @@ class FakeGraph:
 def make_recording(x_static, w):
     out = torch.empty(3)
     graph = FakeGraph(lambda: torch.mul(x_static, w.detach(), out=out))
-    watched = [out, x_static]
-    return Recording(graph, [x_static, w], [False, True], (out,),
-                     [cudagraphs._use_count(t) for t in watched], watched)
+    return Recording(graph, [x_static, placed_layout(w)], [False, True], (out,),
+                     [out, x_static])
+
+
+def test_a_recording_keeps_no_reference_to_a_placed_input():
+    """[Note: a recording holds no placed input]: in a training step the backward's placed
+    inputs are the forward recording's outputs; held, they kept it busy for good."""
+    w = torch.nn.Parameter(torch.tensor([1.0, 2.0, 3.0]))
+    before = cudagraphs._use_count(w)
+    rec = make_recording(torch.zeros(3), w)
+    assert cudagraphs._use_count(w) == before
+    assert not any(isinstance(a, torch.Tensor) and a.data_ptr() == w.data_ptr()
+                   for a in rec.inputs)
+
+
+def test_an_output_that_is_a_placed_input_is_the_calls_own_argument():
+    w = torch.nn.Parameter(torch.arange(6.0))
+    sources = {w.untyped_storage().data_ptr(): 1}
+    assert passed_through(w, [None, w], sources) == PassedThrough(1)
+    view = w[2:].view(2, 2)
+    kept = passed_through(view, [None, w], sources)
+    assert kept == PassedThrough(1, ((2, 2), (2, 1), 2))
+    torch.testing.assert_close(kept.rebuild([None, w]), view)
+    other = torch.ones(3)
+    assert passed_through(other, [None, w], sources) is other
+    out = torch.empty(3)
+    rec = Recording(FakeGraph(lambda: torch.mul(w[:3].detach(), 2, out=out)),
+                    [placed_layout(w)], [True], (out, PassedThrough(0)), [out])
+    result = rec.replay([w])
+    assert result[1] is w  # the argument itself, as the plain call returns it
+    torch.testing.assert_close(result[0], w.detach()[:3] * 2)
 
 
 def test_copied_inputs_are_copied_and_placed_ones_read_in_place():
@@ -119,6 +154,52 @@ def test_reduce_overhead_mlp_inference_and_training_on_gpu():
             loss.backward()
             opt.step()
         torch.testing.assert_close(twin[0].weight, model[0].weight, rtol=1e-4, atol=1e-5)
+
+
+class Broken(torch.nn.Module):
+    """Two graphs and a branch on ``.item()`` between them, trained: each forward saves its
+    inputs (parameters, the previous graph's output) for its backward."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.fc2 = torch.nn.Linear(32, 32), torch.nn.Linear(32, 32)
+
+    def forward(self, x, target):
+        h = torch.nn.functional.gelu(self.fc1(x))
+        if h.mean().item() > -1:
+            h = self.fc2(h) * 0.5
+        return torch.nn.functional.mse_loss(torch.tanh(h), target)
+
+
+@cuda
+def test_reduce_overhead_training_steps_replay_their_recordings():
+    """[Note: a recording holds no placed input]: from the third step on, every graph of a
+    training step (forwards and backwards, across a graph break) replays a recording, and
+    the weights follow eager's."""
+    import gc
+
+    torch.manual_seed(0)
+    model, twin = Broken().cuda(), Broken().cuda()
+    twin.load_state_dict(model.state_dict())
+    compiled = driver.compile(twin, mode="reduce-overhead")
+    opt_a = torch.optim.SGD(model.parameters(), lr=0.1)
+    opt_b = torch.optim.SGD(twin.parameters(), lr=0.1)
+    x, target = torch.randn(16, 32, device="cuda"), torch.randn(16, 32, device="cuda")
+    known = {id(o) for o in gc.get_objects() if isinstance(o, CudaGraphRunner)}
+    steps = 8
+    for _ in range(steps):
+        for fn, opt in ((model, opt_a), (compiled, opt_b)):
+            opt.zero_grad(set_to_none=True)
+            loss = fn(x, target)
+            loss.backward()
+            opt.step()
+        torch.testing.assert_close(twin.fc1.weight, model.fc1.weight, rtol=1e-4, atol=1e-5)
+    runners = [o for o in gc.get_objects()
+               if isinstance(o, CudaGraphRunner) and id(o) not in known and o.calls]
+    assert len(runners) >= 4  # two forwards, two backwards (the mean's graph aside)
+    for runner in runners:
+        assert runner.failed is None, runner.failed
+        assert runner.replays == runner.calls - 1, runner.log  # all but the warm-up
 
 
 @cuda
