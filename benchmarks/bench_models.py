@@ -119,9 +119,14 @@ def bench_model(w: models.ModelWorkload, args: argparse.Namespace) -> dict:
         row["lengths"] = len(w.lengths)
     if not args.no_torch_compile:
         peer = peer_step(w, args.mode)
-        out, row["torch_compile_s"] = first_call(peer, ())
-        row["torch_compile_error"] = rel_error(out, want)
-        fns["torch_compile"] = peer
+        try:
+            out, row["torch_compile_s"] = first_call(peer, ())
+        except Exception as e:  # noqa: BLE001 - the peer's failure is a result, not ours
+            row["torch_compile_failed"] = f"{type(e).__name__}: {str(e).splitlines()[0]}"
+            row.pop("torch_compile_s", None)
+        else:
+            row["torch_compile_error"] = rel_error(out, want)
+            fns["torch_compile"] = peer
     device = want.device.type
     row.update({f"{who}_ms": ms for who, ms in time_rounds(fns, device).items()})
     for who in ("minipt2", "torch_compile"):
@@ -165,6 +170,9 @@ def notes(rows: list[dict]) -> list[str]:
                        f"compiled {r['minipt2_graphs']} graphs (dynamic shapes: the first "
                        f"length static, then one symbolic graph)"
                        + (f"; slowest length {worst:.2f}x eager" if worst else ""))
+        if "torch_compile_failed" in r:
+            out.append(f"note: {r['workload']} {r['dtype']}: torch.compile failed: "
+                       f"{r['torch_compile_failed'][:200]}")
     return out
 
 
@@ -175,6 +183,8 @@ def geomean_lines(rows: list[dict], label: str = "") -> list[str]:
         mp = geomean([r["minipt2_speedup"] for r in sel])
         tc = [r["torch_compile_speedup"] for r in sel if "torch_compile_speedup" in r]
         peer = f"{geomean(tc):.2f}x" if tc else "-"
+        if tc and len(tc) < len(sel):
+            peer += f" (over the {len(tc)} of {len(sel)} rows it ran)"
         lines.append(f"geomean {dtype}{label}: minipt2 {mp:.2f}x, torch.compile {peer} "
                      f"over eager")
     return lines

@@ -2,7 +2,8 @@
 
     python benchmarks/run.py --suite micro|models|all [--dtypes float32,bfloat16]
                              [--size full|cpu|tiny] [--target triton|cpp]
-                             [--mode default|max-autotune] [--no-torch-compile]
+                             [--mode default|reduce-overhead|max-autotune]
+                             [--no-torch-compile]
                              [--out FILE.json]
 
 For every workload and dtype, in one process: eager PyTorch, minipt2 (``driver.compile``,
@@ -18,8 +19,9 @@ bandwidth. Rows go to a JSON file and a table; the geomean speedups come last.
 ``--suite models`` runs the model workloads instead (``models.py``, measured by
 ``bench_models.py``: a training step or a no-grad forward per row, with graph counts and no
 bandwidth); ``--suite all`` runs both, one table each, then the geomeans over every row.
-``--mode max-autotune`` is passed to ``driver.compile`` and ``torch.compile`` alike (the
-first call then includes the tuning; on CPU it changes nothing for minipt2).
+``--mode reduce-overhead`` or ``--mode max-autotune`` is passed to ``driver.compile`` and
+``torch.compile`` alike (with max-autotune the first call includes the tuning; on CPU
+neither changes anything for minipt2).
 """
 
 from __future__ import annotations
@@ -151,7 +153,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                    help="default: triton on cuda, cpp on cpu")
     p.add_argument("--frontend", default="driver", choices=["driver", "fx"])
     p.add_argument("--no-torch-compile", action="store_true")
-    p.add_argument("--mode", default="default", choices=["default", "max-autotune"],
+    p.add_argument("--mode", default="default",
+                   choices=["default", "reduce-overhead", "max-autotune"],
                    help="for minipt2 (driver.compile) and torch.compile alike")
     p.add_argument("--out", default=None, help="JSON file of rows (default: benchmarks/"
                    "results/<suite>-<device>.json)")

@@ -40,3 +40,29 @@ def test_model_suite_runs_tiny_on_cpu(tmp_path):
     assert decode["minipt2_graphs"] <= 2  # dynamic shapes: static, then one symbolic graph
     assert [r["length"] for r in decode["per_length"]] == list(models.DECODE_LENGTHS["tiny"])
     assert "decode_dynamic" in result.stdout and "geomean float32" in result.stdout
+
+
+def test_a_failing_peer_is_reported_not_raised(monkeypatch):
+    """torch.compile can fail where minipt2 runs (mode="reduce-overhead" on decoding raised
+    "accessing tensor output of CUDAGraphs that has been overwritten" on the H200): the row
+    says so, the table and the geomean go on without it."""
+    import argparse
+
+    import bench_models
+    import torch
+
+    def failing_peer(w, mode="default"):
+        def step():
+            raise RuntimeError("overwritten by a subsequent run\nsecond line")
+        return step
+
+    monkeypatch.setattr(bench_models, "peer_step", failing_peer)
+    w = models.build("mlp_train", "cpu", torch.float32, "tiny")
+    args = argparse.Namespace(target="cpp", mode="default", no_torch_compile=False)
+    row = bench_models.bench_model(w, args)
+    assert row["torch_compile_failed"] == "RuntimeError: overwritten by a subsequent run"
+    assert "torch_compile_ms" not in row and "torch_compile_s" not in row
+    assert row["minipt2_speedup"] > 0
+    text = bench_models.table([row])
+    assert "torch.compile failed: RuntimeError" in text
+    assert "torch.compile -" in text  # no peer geomean from zero rows

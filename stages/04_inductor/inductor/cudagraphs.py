@@ -6,7 +6,8 @@ Output: ``CudaGraphRunner``, a callable with the same contract (flat tensors in,
 out) that runs ``call`` plainly on its first invocation (the warm-up: Triton compiles its
 kernels, cuBLAS makes its workspace), records it into a ``torch.cuda.CUDAGraph`` on the
 second, and from then on replays the recording: one launch from Python instead of one per
-kernel. ``runner.log`` says what happened on each call (the ``cudagraphs`` log channel).
+kernel. ``runner.log`` says what was recorded and which calls ran without a graph;
+``runner.replays`` counts the calls a recording served.
 
 Chapter: book/docs/performance.md ("CUDA graphs").
 
