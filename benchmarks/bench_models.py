@@ -124,6 +124,10 @@ def bench_model(w: models.ModelWorkload, args: argparse.Namespace) -> dict:
         except Exception as e:  # noqa: BLE001 - the peer's failure is a result, not ours
             row["torch_compile_failed"] = f"{type(e).__name__}: {str(e).splitlines()[0]}"
             row.pop("torch_compile_s", None)
+            # a failure inside torch.compile's CUDA graphs can leave their shared state
+            # half-updated; the next rows start from a clean slate
+            del peer
+            torch.compiler.reset()
         else:
             row["torch_compile_error"] = rel_error(out, want)
             fns["torch_compile"] = peer

@@ -121,6 +121,35 @@ def test_runner_never_overwrites_a_live_output(monkeypatch):
     assert recorded[0].graph.replays + recorded[1].graph.replays == 3
 
 
+def test_each_shape_gets_its_own_recordings_up_to_a_limit(monkeypatch):
+    """[Note: a recording per shape]: a dynamic-shape graph called at several sizes replays
+    a recording of each size; sizes beyond ``MAX_SHAPES`` run plainly, still right."""
+    recorded = []
+
+    def fake_record(self, args):
+        static = torch.empty_like(args[0])
+        static.copy_(args[0])
+        out = torch.empty_like(static)
+        w = args[1]
+        graph = FakeGraph(lambda: torch.mul(static, w.detach(), out=out))
+        rec = Recording(graph, [static, placed_layout(w)], [False, True], (out,), [out, static])
+        recorded.append(rec)
+        return rec
+
+    monkeypatch.setattr(CudaGraphRunner, "record", fake_record)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    monkeypatch.setattr(cudagraphs, "MAX_SHAPES", 2)
+    w = torch.nn.Parameter(torch.tensor(3.0))
+    runner = CudaGraphRunner(lambda x, w: (x * w.detach(),))
+    for _ in range(3):
+        for n in (2, 3, 4):  # call 1 (size 2) warms up; sizes 3 and 4 take the two shapes
+            x = torch.arange(float(n))
+            torch.testing.assert_close(runner(x, w)[0], x * 3)
+    assert len(recorded) == 2 and len(runner.recordings) == 2
+    assert runner.replays == 6  # sizes 3 and 4, every round; size 2 always plain
+    assert sum("2 shapes recorded already" in line for line in runner.log) == 2
+
+
 def test_reduce_overhead_on_cpu_runs_without_cuda_graphs():
     def f(x):
         return torch.relu(x) * 2
@@ -200,6 +229,29 @@ def test_reduce_overhead_training_steps_replay_their_recordings():
     for runner in runners:
         assert runner.failed is None, runner.failed
         assert runner.replays == runner.calls - 1, runner.log  # all but the warm-up
+
+
+@cuda
+def test_reduce_overhead_dynamic_shapes_replay_a_recording_per_size():
+    """[Note: a recording per shape]: one symbolic graph called at four sizes, the outputs of
+    a round held while the next round runs: every call but the warm-up replays."""
+    import gc
+
+    def f(x):
+        return torch.nn.functional.gelu(x) * 2 + 1
+
+    compiled = driver.compile(f, mode="reduce-overhead", dynamic=True)
+    xs = [torch.randn(n, 64, device="cuda") for n in (8, 12, 20, 36)]
+    known = {id(o) for o in gc.get_objects() if isinstance(o, CudaGraphRunner)}
+    outs: list = []
+    for _ in range(3):
+        outs = [compiled(x) for x in xs]  # the previous round's outputs are still held
+        for x, out in zip(xs, outs):
+            torch.testing.assert_close(out, f(x))
+    (runner,) = [o for o in gc.get_objects()
+                 if isinstance(o, CudaGraphRunner) and id(o) not in known and o.calls]
+    assert runner.calls == 12 and runner.replays == 11, runner.log
+    assert len(runner.recordings) == 4
 
 
 @cuda
