@@ -14,11 +14,18 @@ Chapter: book/docs/performance.md ("CUDA graphs").
 [Note: static addresses]
 A recording holds raw device addresses: replaying it reads its inputs from, and writes its
 outputs to, exactly the memory used while recording. So each input is one of two kinds:
-- *placed*: a parameter (or any tensor that keeps its address across calls, like an
-  output of another recording): the recording reads it where it lies. A later call that
-  passes a different tensor there cannot use this recording (it would read stale memory).
-- *copied*: everything else (the batch): the runner owns a static buffer of the same layout
-  and each call copies its argument into it before the replay.
+- *placed*: a parameter, or any tensor that keeps its address across calls: an output of
+  another recording, or an argument found at the same address in the call just before the
+  recording (a BatchNorm's running statistics, a batch the caller refills in place). The
+  recording reads it where it lies. A later call that passes a tensor at another address
+  there cannot use this recording (it would read stale memory); the second recording, made
+  then, copies that argument.
+- *copied*: everything else (a new batch each step): the runner owns a static buffer of the
+  same layout and each call copies its argument into it before the replay.
+Either way a replay reads what the call passed, as the plain call would: placing only
+saves the copy. A graph that writes an input in place writes a placed one where it lies,
+which is what the default mode does too, and a copied one in its static buffer, which
+aotautograd's runtime then copies back.
 Outputs live in the recording's private memory pool and are overwritten by the next replay.
 
 [Note: outputs a later replay would overwrite]
@@ -40,6 +47,7 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -150,6 +158,12 @@ class Recording:
     # --8<-- [end:busy]
 
 
+def _like(t: torch.Tensor) -> torch.Tensor:
+    """A copy of ``t`` with its sizes and strides."""
+    out = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device)
+    return out.copy_(t)
+
+
 def placed_layout(t: torch.Tensor) -> tuple[int, tuple[int, ...]]:
     """What a recording keeps of a placed input: its address and strides."""
     return t.data_ptr(), t.stride()
@@ -198,11 +212,14 @@ class CudaGraphRunner:
         self.replays = 0  # calls a recording served
         self.failed: str | None = None
         self.log: list[str] = []
+        self.last_addresses: list[int | None] | None = None  # of the last plain call
 
     def __call__(self, *args: Any) -> tuple:
         self.calls += 1
-        if self.failed or self.calls == 1 or torch.cuda.is_current_stream_capturing():
-            return self.call(*args)  # call 1 is the warm-up
+        if self.failed or torch.cuda.is_current_stream_capturing():
+            return self.call(*args)
+        if self.calls == 1:
+            return self.plain(args)  # the warm-up
         key = shape_key(args)
         mine = self.recordings.get(key, ())
         for recording in mine:
@@ -221,22 +238,36 @@ class CudaGraphRunner:
         why = ("every recording is busy or expects other input addresses" if mine else
                f"{MAX_SHAPES} shapes recorded already")
         self.log.append(f"{self.name}: call {self.calls} ran without a CUDA graph ({why})")
+        return self.plain(args)
+
+    def plain(self, args: Sequence[Any]) -> tuple:
+        """Run ``call`` without a graph, noting where each argument lies: an argument at the
+        same address at the next recording is placed ([Note: static addresses])."""
+        if len(self.recordings) < MAX_SHAPES or any(len(r) < MAX_RECORDINGS
+                                                    for r in self.recordings.values()):
+            self.last_addresses = [a.data_ptr() if isinstance(a, torch.Tensor) else None
+                                   for a in args]
         return self.call(*args)
 
     def record(self, args: Sequence[Any]) -> Recording | None:
-        placed = [is_placed(a) for a in args]
-        inputs = [a if p or not isinstance(a, torch.Tensor) else
-                  torch.empty_strided(a.shape, a.stride(), dtype=a.dtype, device=a.device)
+        before = self.last_addresses
+        placed = [is_placed(a) or (isinstance(a, torch.Tensor) and before is not None
+                                   and a.data_ptr() == before[i])
+                  for i, a in enumerate(args)]
+        inputs = [a if p or not isinstance(a, torch.Tensor) else _like(a)
                   for a, p in zip(args, placed)]
         try:
-            for static, arg in zip(inputs, args):
-                if isinstance(arg, torch.Tensor) and static is not arg:
-                    static.copy_(arg)
+            # one run on a side stream, as capture requires, on copies of the placed inputs:
+            # a graph that writes an input in place (BatchNorm's running statistics) must
+            # write the caller's tensor once, in the replay that serves this call
+            warm_up = [_like(a) if p and isinstance(a, torch.Tensor) else a
+                       for a, p in zip(inputs, placed)]
             side = torch.cuda.Stream()
             side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):  # one run on a side stream, as capture requires
-                self.call(*inputs)
+            with torch.cuda.stream(side):
+                self.call(*warm_up)
             torch.cuda.current_stream().wait_stream(side)
+            del warm_up
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph):
                 outputs = self.call(*inputs)
@@ -252,9 +283,13 @@ class CudaGraphRunner:
         statics = [o for o in kept_outputs if isinstance(o, torch.Tensor)]
         watched = statics + [s for s, p in zip(inputs, placed)
                              if isinstance(s, torch.Tensor) and not p]
-        _STATIC_OUTPUT_PTRS.update(o.data_ptr() for o in statics)
+        ptrs = {o.data_ptr() for o in statics}
+        _STATIC_OUTPUT_PTRS.update(ptrs)
         kept = [placed_layout(a) if p else a for a, p in zip(inputs, placed)]
-        return Recording(graph, kept, placed, tuple(kept_outputs), watched)
+        recording = Recording(graph, kept, placed, tuple(kept_outputs), watched)
+        # its memory goes back to the allocator with it: a later tensor there is not placed
+        weakref.finalize(recording, _STATIC_OUTPUT_PTRS.difference_update, ptrs)
+        return recording
 
 
 def wants_cudagraphs(mode: str | None, example_inputs: Sequence[Any]) -> bool:

@@ -255,6 +255,26 @@ def test_reduce_overhead_dynamic_shapes_replay_a_recording_per_size():
 
 
 @cuda
+def test_a_dropped_recordings_addresses_are_forgotten():
+    """A tensor the allocator later puts where a dropped recording's output was is an
+    ordinary input, not a placed one."""
+    import gc
+
+    def f(x):
+        return torch.relu(x) + 1
+
+    compiled = driver.compile(f, mode="reduce-overhead")
+    x = torch.randn(64, device="cuda")
+    outs = [compiled(x) for _ in range(3)]
+    address = outs[-1].data_ptr()
+    assert address in cudagraphs._STATIC_OUTPUT_PTRS
+    del compiled, outs
+    driver.reset()  # dynamo's cache drops the compiled graph, and with it the recordings
+    gc.collect()
+    assert address not in cudagraphs._STATIC_OUTPUT_PTRS
+
+
+@cuda
 def test_reduce_overhead_batchnorm_statistics_written_in_place_match_eager():
     """[Note: writing an input in place] under CUDA graphs: the running statistics are
     copied inputs of the recording, written in place in its static buffers and copied back
