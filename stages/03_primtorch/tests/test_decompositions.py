@@ -150,6 +150,9 @@ COVERED_BY_HAND = {aten.pow.Scalar, aten.rsub.Scalar, aten._unsafe_view.default,
                    aten.clamp_max.default, aten.bitwise_and.Scalar, aten.bitwise_or.Scalar,
                    aten.bitwise_xor.Scalar, aten.bitwise_left_shift.Tensor_Scalar,
                    aten.bitwise_right_shift.Tensor_Scalar, aten._safe_softmax.default}
+# Decompositions of ops with no CPU kernel (cuDNN's batch norm): checked against the native
+# ops they equal, and against the real ops where CUDA runs ([Note: cuDNN's batch norm]).
+CUDA_ONLY = {aten.cudnn_batch_norm.default, aten.cudnn_batch_norm_backward.default}
 # (OpInfo, dtype) pairs whose samples expose a known gap: run by test_known_gaps, which
 # expects them to fail (strict xfail), and skipped by the main test.
 KNOWN_GAPS: dict[tuple[str, torch.dtype], str] = {}
@@ -254,7 +257,8 @@ def test_backward_decompositions_match_eager(key):
 
 
 def test_every_decomposition_is_tested():
-    tested = set(COVERED_BY_HAND) | {_op(o) for o in FORWARD} | {_op(o) for o in BACKWARD}
+    tested = set(COVERED_BY_HAND) | {_op(o) for o in FORWARD} | {_op(o) for o in BACKWARD} \
+        | CUDA_ONLY
     assert set(decomposition_table) <= tested, set(decomposition_table) - tested
     assert set(FORWARD.values()) <= set(FORWARD_OPINFOS) & set(TESTED_OPINFOS)
     assert set(BACKWARD.values()) <= set(BACKWARD_OPINFOS)
@@ -348,6 +352,43 @@ def test_hand_cases(op, dtype):
     with CrossRef() as mode:
         HAND_CASES[op](x)
     assert mode.hits[op] >= 1
+
+
+@pytest.mark.parametrize("training", [True, False])
+def test_cudnn_batch_norm_decompositions(training):
+    """cuDNN's batch norm is the native one with another calling convention: outputs,
+    running statistics written in training, and the three gradients. On CPU against the
+    native ops; on a GPU also against cuDNN's own (float32, where eager picks it)."""
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    torch.manual_seed(0)
+    x = torch.randn(4, 3, 5, 5, device=device)
+    weight, bias = torch.randn(3, device=device), torch.randn(3, device=device)
+    stats = (torch.randn(3, device=device), torch.rand(3, device=device) + 0.5)
+    grad = torch.randn_like(x)
+    decomposed_stats = [t.clone() for t in stats]
+    out, mean, invstd, reserve = decomposition_table[aten.cudnn_batch_norm.default](
+        x, weight, bias, *decomposed_stats, training, 0.1, 1e-5)
+    assert reserve.dtype == torch.uint8 and reserve.numel() == 0
+    if device == "cuda":
+        native_stats = [t.clone() for t in stats]
+        want = aten.cudnn_batch_norm(x, weight, bias, *native_stats, training, 0.1, 1e-5)
+    else:
+        native_stats = [t.clone() for t in stats]
+        want = aten.native_batch_norm(x, weight, bias, *native_stats, training, 0.1, 1e-5)
+    assert_same(out, want[0], "output")
+    assert_same(decomposed_stats, native_stats, "running statistics")
+    if not training:
+        return
+    assert_same([mean, invstd], list(want[1:3]), "saved statistics")
+    grads = decomposition_table[aten.cudnn_batch_norm_backward.default](
+        x, grad, weight, *stats, mean, invstd, 1e-5, reserve)
+    if device == "cuda":
+        expected = aten.cudnn_batch_norm_backward(x, grad, weight, *stats, mean, invstd, 1e-5,
+                                                  want[3])
+    else:
+        expected = aten.native_batch_norm_backward(grad, x, weight, *stats, mean, invstd, True,
+                                                   1e-5, [True, True, True])
+    assert_same(list(grads), list(expected), "gradients", tol=dict(rtol=1e-4, atol=1e-4))
 
 
 def test_hand_cases_cover_the_rest():
