@@ -158,10 +158,17 @@ class Recording:
     # --8<-- [end:busy]
 
 
-def _like(t: torch.Tensor) -> torch.Tensor:
-    """A copy of ``t`` with its sizes and strides."""
-    out = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device)
-    return out.copy_(t)
+def _like(t: torch.Tensor, same_alignment: bool = False) -> torch.Tensor:
+    """A copy of ``t`` with its sizes and strides; ``same_alignment``: also its address modulo
+    16, the property of a pointer Triton compiles a variant for (the warm-up on a copy must
+    compile the variant the recording will launch on ``t`` itself)."""
+    if not same_alignment or t.data_ptr() % 16 == 0:
+        out = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device)
+        return out.copy_(t)
+    shift = (t.data_ptr() % 16) // t.element_size()
+    span = 1 + sum((n - 1) * st for n, st in zip(t.shape, t.stride()) if n > 0)
+    base = torch.empty(shift + span, dtype=t.dtype, device=t.device)
+    return base.as_strided(t.shape, t.stride(), shift).copy_(t)
 
 
 def placed_layout(t: torch.Tensor) -> tuple[int, tuple[int, ...]]:
@@ -260,8 +267,8 @@ class CudaGraphRunner:
             # one run on a side stream, as capture requires, on copies of the placed inputs:
             # a graph that writes an input in place (BatchNorm's running statistics) must
             # write the caller's tensor once, in the replay that serves this call
-            warm_up = [_like(a) if p and isinstance(a, torch.Tensor) else a
-                       for a, p in zip(inputs, placed)]
+            warm_up = [_like(a, same_alignment=True) if p and isinstance(a, torch.Tensor)
+                       else a for a, p in zip(inputs, placed)]
             side = torch.cuda.Stream()
             side.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(side):

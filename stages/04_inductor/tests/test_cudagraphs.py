@@ -150,6 +150,18 @@ def test_each_shape_gets_its_own_recordings_up_to_a_limit(monkeypatch):
     assert sum("2 shapes recorded already" in line for line in runner.log) == 2
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int8])
+def test_a_warm_up_copy_keeps_sizes_strides_and_alignment(dtype):
+    """The recording's warm-up runs on copies of its placed inputs; a copy must lie at the
+    same address modulo 16, or Triton would compile another variant than the one captured."""
+    base = torch.arange(64).to(dtype)
+    for t in (base[1:9], base[3:19].view(4, 4).t(), base[16:32]):
+        copy = cudagraphs._like(t, same_alignment=True)
+        assert copy.data_ptr() % 16 == t.data_ptr() % 16
+        assert copy.shape == t.shape and copy.stride() == t.stride()
+        assert torch.equal(copy, t) and copy.data_ptr() != t.data_ptr()
+
+
 def test_reduce_overhead_on_cpu_runs_without_cuda_graphs():
     def f(x):
         return torch.relu(x) * 2
