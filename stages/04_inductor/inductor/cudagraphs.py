@@ -60,9 +60,12 @@ MAX_SHAPES = 64  # shapes recorded per graph: see [Note: a recording per shape]
 _STATIC_OUTPUT_PTRS: set[int] = set()
 
 
+_storage_use_count = torch._C._storage_Use_Count  # by the storage's C pointer
+
+
 def _use_count(t: torch.Tensor) -> int:
     """How many tensors share ``t``'s storage (PyTorch's own count, not Python's refcount)."""
-    return torch._C._storage_Use_Count(t.untyped_storage()._cdata)
+    return _storage_use_count(t.untyped_storage()._cdata)
 
 
 def is_placed(t: Any) -> bool:
@@ -115,13 +118,13 @@ class Recording:
     placed: list[bool]
     outputs: tuple  # static output buffers, and ``PassedThrough`` for placed inputs
     watched: list[torch.Tensor]  # buffers a replay writes: outputs and copied inputs
-    baseline: list[int] = dataclasses.field(default_factory=list)
+    baseline: list[int] = dataclasses.field(init=False)  # their use counts after recording
 
     def __post_init__(self) -> None:
         # each watched buffer's storage, by its C pointer: asking a tensor for its storage
         # makes a Python object at every call, and the watched tensors keep it alive
         self.storages = [t.untyped_storage()._cdata for t in self.watched]
-        self.baseline = [torch._C._storage_Use_Count(s) for s in self.storages]
+        self.baseline = [_storage_use_count(s) for s in self.storages]
         self.copied = [i for i, (a, p) in enumerate(zip(self.inputs, self.placed))
                        if isinstance(a, torch.Tensor) and not p]
         self.at = [(i, a) for i, (a, p) in enumerate(zip(self.inputs, self.placed)) if p]
@@ -130,8 +133,7 @@ class Recording:
 
     # --8<-- [start:busy]
     def busy(self) -> bool:
-        use_count = torch._C._storage_Use_Count
-        return any(use_count(s) > n for s, n in zip(self.storages, self.baseline))
+        return any(_storage_use_count(s) > n for s, n in zip(self.storages, self.baseline))
 
     def accepts(self, args: Sequence[Any]) -> bool:
         """Whether ``args`` can be run by this recording (same placed addresses, layouts)."""
