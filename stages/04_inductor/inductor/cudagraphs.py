@@ -55,6 +55,7 @@ import torch
 
 MAX_RECORDINGS = 2  # per shape: see [Note: outputs a later replay would overwrite]
 MAX_SHAPES = 64  # shapes recorded per graph: see [Note: a recording per shape]
+MIN_FREE = 0.25  # of the device's memory, for a graph's every recording after its first
 # Device addresses of every recording's outputs: a later graph (the backward) that is given
 # one of them reads it in place instead of copying it ([Note: static addresses]).
 _STATIC_OUTPUT_PTRS: set[int] = set()
@@ -205,7 +206,18 @@ def passed_through(output: Any, inputs: Sequence[Any], sources: dict[int, int]) 
 # (4.3 GB in float32, where the step is the GPU's and CUDA graphs gain little: 349 -> 341 ms).
 # torch.compile's CUDA graphs share one pool between recordings and checkpoint its state;
 # a shared pool here would need the busy check to cover every recording that shares it.
+# A training step at 64 sequence lengths would keep 64 steps' activations, so the memory
+# is bounded too: a graph's recordings after its first are made only while a quarter of the
+# device's memory is free (``MIN_FREE``); past that, new shapes run plainly, as in the
+# default mode, instead of running the program out of memory.
 # --8<-- [end:per-shape]
+def room_for_another(args: Sequence[Any]) -> bool:
+    """Whether a further recording may take memory on the device of ``args`` ([Note: a
+    recording per shape])."""
+    device = next((a.device for a in args if isinstance(a, torch.Tensor)), None)
+    free, total = torch.cuda.mem_get_info(device)
+    return free >= MIN_FREE * total
+
 def shape_key(args: Sequence[Any]) -> tuple:
     """The shape a call is recorded for: each tensor's sizes, each other argument itself."""
     return tuple(a.shape if isinstance(a, torch.Tensor) else a for a in args)
@@ -235,7 +247,8 @@ class CudaGraphRunner:
             if recording.accepts(args) and not recording.busy():
                 self.replays += 1
                 return recording.replay(args)
-        if len(mine) < MAX_RECORDINGS and (mine or len(self.recordings) < MAX_SHAPES):
+        room = not self.recordings or room_for_another(args)
+        if room and len(mine) < MAX_RECORDINGS and (mine or len(self.recordings) < MAX_SHAPES):
             recording = self.record(args)
             if recording is not None:
                 mine = self.recordings.setdefault(key, [])
@@ -244,7 +257,8 @@ class CudaGraphRunner:
                                 f"{len(self.recordings)}")
                 self.replays += 1
                 return recording.replay(args)
-        why = ("every recording is busy or expects other input addresses" if mine else
+        why = ("less than a quarter of the device's memory is free" if not room else
+               "every recording is busy or expects other input addresses" if mine else
                f"{MAX_SHAPES} shapes recorded already")
         self.log.append(f"{self.name}: call {self.calls} ran without a CUDA graph ({why})")
         return self.plain(args)

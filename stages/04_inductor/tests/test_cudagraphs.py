@@ -108,6 +108,7 @@ def test_runner_never_overwrites_a_live_output(monkeypatch):
 
     monkeypatch.setattr(CudaGraphRunner, "record", fake_record)
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    monkeypatch.setattr(cudagraphs, "room_for_another", lambda args: True)
     w = torch.nn.Parameter(torch.tensor([1.0, 2.0, 3.0]))
     runner = CudaGraphRunner(lambda x, w: (x * w.detach(),))
     xs = [torch.full((3,), float(i)) for i in range(5)]
@@ -138,6 +139,7 @@ def test_each_shape_gets_its_own_recordings_up_to_a_limit(monkeypatch):
 
     monkeypatch.setattr(CudaGraphRunner, "record", fake_record)
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    monkeypatch.setattr(cudagraphs, "room_for_another", lambda args: True)
     monkeypatch.setattr(cudagraphs, "MAX_SHAPES", 2)
     w = torch.nn.Parameter(torch.tensor(3.0))
     runner = CudaGraphRunner(lambda x, w: (x * w.detach(),))
@@ -160,6 +162,32 @@ def test_a_warm_up_copy_keeps_sizes_strides_and_alignment(dtype):
         assert copy.data_ptr() % 16 == t.data_ptr() % 16
         assert copy.shape == t.shape and copy.stride() == t.stride()
         assert torch.equal(copy, t) and copy.data_ptr() != t.data_ptr()
+
+
+def test_no_further_recording_when_device_memory_runs_low(monkeypatch):
+    """[Note: a recording per shape]: past the first recording, a shape is recorded only
+    while a quarter of the device's memory is free; otherwise it runs plainly."""
+    recorded = []
+
+    def fake_record(self, args):
+        out = torch.empty_like(args[0])
+        static = args[0].clone()
+        rec = Recording(FakeGraph(lambda: torch.mul(static, 2, out=out)), [static], [False],
+                        (out,), [out, static])
+        recorded.append(rec)
+        return rec
+
+    free = {"bytes": 100}
+    monkeypatch.setattr(CudaGraphRunner, "record", fake_record)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (free["bytes"], 1000))
+    runner = CudaGraphRunner(lambda x: (x * 2,))
+    for n in (2, 3, 4):  # warm-up, then the first recording whatever the memory
+        runner(torch.ones(n))
+    assert len(recorded) == 1 and "quarter of the device's memory" in runner.log[-1]
+    free["bytes"] = 300
+    torch.testing.assert_close(runner(torch.ones(4))[0], torch.full((4,), 2.0))
+    assert len(recorded) == 2
 
 
 def test_reduce_overhead_on_cpu_runs_without_cuda_graphs():
