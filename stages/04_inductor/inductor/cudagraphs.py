@@ -218,6 +218,15 @@ def room_for_another(args: Sequence[Any]) -> bool:
     free, total = torch.cuda.mem_get_info(device)
     return free >= MIN_FREE * total
 
+def placements(args: Sequence[Any], before: Sequence[int | None] | None) -> list[bool]:
+    """Which of ``args`` a recording reads in place ([Note: static addresses]): parameters,
+    other recordings' outputs, and tensors at the address they had in the call ``before``
+    (its arguments' addresses, None for a non-tensor)."""
+    return [is_placed(a) or (isinstance(a, torch.Tensor) and before is not None
+                             and a.data_ptr() == before[i])
+            for i, a in enumerate(args)]
+
+
 def shape_key(args: Sequence[Any]) -> tuple:
     """The shape a call is recorded for: each tensor's sizes, each other argument itself."""
     return tuple(a.shape if isinstance(a, torch.Tensor) else a for a in args)
@@ -273,10 +282,7 @@ class CudaGraphRunner:
         return self.call(*args)
 
     def record(self, args: Sequence[Any]) -> Recording | None:
-        before = self.last_addresses
-        placed = [is_placed(a) or (isinstance(a, torch.Tensor) and before is not None
-                                   and a.data_ptr() == before[i])
-                  for i, a in enumerate(args)]
+        placed = placements(args, self.last_addresses)
         inputs = [a if p or not isinstance(a, torch.Tensor) else _like(a)
                   for a, p in zip(args, placed)]
         try:

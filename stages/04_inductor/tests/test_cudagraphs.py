@@ -16,6 +16,7 @@ from inductor.cudagraphs import (
     is_placed,
     passed_through,
     placed_layout,
+    placements,
 )
 
 import driver
@@ -188,6 +189,17 @@ def test_no_further_recording_when_device_memory_runs_low(monkeypatch):
     free["bytes"] = 300
     torch.testing.assert_close(runner(torch.ones(4))[0], torch.full((4,), 2.0))
     assert len(recorded) == 2
+
+
+def test_inputs_that_keep_their_address_are_placed():
+    """[Note: static addresses]: a parameter, and a tensor found where it lay in the call
+    before the recording (a running statistic); a batch at a new address is copied."""
+    weight = torch.nn.Parameter(torch.ones(3))
+    running_mean, batch, new_batch = torch.zeros(3), torch.ones(3), torch.ones(3)
+    before = [weight.data_ptr(), running_mean.data_ptr(), batch.data_ptr(), None]
+    assert placements([weight, running_mean, new_batch, 7], before) == [True, True, False,
+                                                                        False]
+    assert placements([weight, running_mean, batch, 7], None) == [True, False, False, False]
 
 
 def test_reduce_overhead_on_cpu_runs_without_cuda_graphs():
