@@ -369,12 +369,9 @@ def test_cudnn_batch_norm_decompositions(training):
     out, mean, invstd, reserve = decomposition_table[aten.cudnn_batch_norm.default](
         x, weight, bias, *decomposed_stats, training, 0.1, 1e-5)
     assert reserve.dtype == torch.uint8 and reserve.numel() == 0
-    if device == "cuda":
-        native_stats = [t.clone() for t in stats]
-        want = aten.cudnn_batch_norm(x, weight, bias, *native_stats, training, 0.1, 1e-5)
-    else:
-        native_stats = [t.clone() for t in stats]
-        want = aten.native_batch_norm(x, weight, bias, *native_stats, training, 0.1, 1e-5)
+    native_stats = [t.clone() for t in stats]
+    reference = aten.cudnn_batch_norm if device == "cuda" else aten.native_batch_norm
+    want = reference(x, weight, bias, *native_stats, training, 0.1, 1e-5)
     assert_same(out, want[0], "output")
     assert_same(decomposed_stats, native_stats, "running statistics")
     if not training:
