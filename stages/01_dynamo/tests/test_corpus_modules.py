@@ -191,6 +191,10 @@ MODULES = {
     "counts": (lambda: Counts(), randn),
     "sequential": (lambda: nn.Sequential(nn.Linear(8, 8), nn.GELU(), nn.Linear(8, 8)), randn),
     "layer_norm": (lambda: nn.LayerNorm(8), randn),
+    # reads ``query.is_nested`` before anything else: one graph, not a break
+    "encoder_layer": (lambda: nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0,
+                                                         batch_first=True),
+                      lambda b, n: torch.randn(b, n, 8)),
 }
 
 

@@ -286,6 +286,12 @@ def ct_namedtuple_global(x):
     return q, q.x + q[1]
 
 
+def ct_struct_sequence(x):  # [Note: struct sequences]: fields, items, and the type returned
+    s, m = torch.sort(x, dim=-1, descending=True), x.max(dim=0)
+    top = x.topk(2)
+    return s.values[:, :2] + top.values, s.indices, m.values * m[1], m
+
+
 def ct_slice_tensor(x):
     return x[1:, :2], x[..., 0], x[None, 0], x[::2]
 
@@ -688,6 +694,13 @@ def test_requires_grad_inputs_keep_autograd(backend):
     out = __import__("dynamo").optimize(backend)(fn_torch_no_grad)(x)
     out.sum().backward()
     assert torch.equal(x.grad, torch.ones(3))
+
+
+def test_struct_sequence_keeps_its_type(backend):
+    x = torch.randn(4, 4)
+    out = __import__("dynamo").optimize(backend)(ct_struct_sequence)(x)
+    assert type(out[-1]) is torch.return_types.max
+    assert torch.equal(out[-1].indices, x.max(dim=0).indices)
 
 
 def test_global_write_is_replayed(corpus):

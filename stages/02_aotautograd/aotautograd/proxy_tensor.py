@@ -269,6 +269,7 @@ class Tracer:
         except (NotImplementedError, RuntimeError) as e:
             raise AOTUnsupported(f"{func} cannot be traced with meta tensors "
                                  f"(data-dependent or no meta kernel): {e}") from e
+        meta_out = on_device(func, meta_out, device, meta_args, meta_kwargs)
         node = self.graph.call_function(func, tuple(node_args), node_kwargs)
         return self.wrap(meta_out, node, device)
         # END EXERCISE aotautograd-record-op
@@ -389,6 +390,54 @@ def _is_metadata_arithmetic(func: torch._ops.OpOverload, args: tuple, kwargs: di
 
 def _is_real_tensor(x: object) -> bool:
     return isinstance(x, torch.Tensor) and not isinstance(x, TracerTensor)
+
+
+# --8<-- [start:device-metas]
+# [Note: metas that depend on the device]
+# A meta kernel answers for a device it does not know: a tensor on "meta" is on no device.
+# Nearly every op's result shapes are the same on all devices, but a few ops return
+# bookkeeping tensors whose sizes the CPU and CUDA kernels choose differently, and PyTorch's
+# meta kernel describes the CUDA ones. ``_embedding_bag``'s CPU kernel returns an empty
+# ``offset2bag`` on its fast path (sum of 16- or 32-bit float rows, no padding index), a
+# ``max_indices`` of one entry per bag when the mode is not "max"; CUDA's returns one
+# ``offset2bag`` entry per index and an empty ``max_indices``. Those tensors only travel
+# to the backward's library call, but the wrapper checks each library result against the
+# layout it planned for (``as_layout``) and cannot copy a 0-element tensor into 20 elements:
+# an EmbeddingBag model crashed on the CPU. ``DEVICE_METAS`` corrects such results for CPU
+# inputs; its entries take the meta result and the op's meta arguments.
+def _cpu_embedding_bag(meta_out: tuple, weight: torch.Tensor, indices: torch.Tensor,
+                       offsets: torch.Tensor, scale_grad_by_freq: bool = False, mode: int = 0,
+                       sparse: bool = False, per_sample_weights: torch.Tensor | None = None,
+                       include_last_offset: bool = False, padding_idx: int = -1) -> tuple:
+    output = meta_out[0]
+    fast_sum = (mode == 0 and weight.dtype in (torch.float32, torch.float16, torch.bfloat16)
+                and weight.stride(1) == 1 and padding_idx < 0
+                and (per_sample_weights is None or per_sample_weights.stride(0) == 1))
+    offset2bag = offsets.new_empty(0 if fast_sum else indices.shape[0])
+    bag_size = offsets.new_empty(output.shape[0])
+    if mode == 2:  # "max": the index of each output element's row
+        max_indices = offsets.new_empty(offsets.shape[0] - int(include_last_offset),
+                                        weight.shape[1])
+    else:
+        max_indices = offsets.new_empty(output.shape[0])
+    return output, offset2bag, bag_size, max_indices
+
+
+DEVICE_METAS: dict[torch._ops.OpOverload, Callable[..., object]] = {
+    torch.ops.aten._embedding_bag.default: _cpu_embedding_bag,
+    torch.ops.aten._embedding_bag_forward_only.default: _cpu_embedding_bag,
+}
+
+
+def on_device(func: object, meta_out: object, device: torch.device, meta_args: tuple,
+              meta_kwargs: dict) -> object:
+    """``meta_out``, the result of ``func`` on meta tensors, as ``func`` would shape it on
+    ``device`` ([Note: metas that depend on the device])."""
+    fix = DEVICE_METAS.get(func)
+    if fix is None or torch.device(device).type != "cpu":
+        return meta_out
+    return fix(meta_out, *meta_args, **meta_kwargs)
+# --8<-- [end:device-metas]
 
 
 def _takes_device(func: torch._ops.OpOverload) -> bool:

@@ -277,3 +277,30 @@ def test_small_models_decompose_fully(name, model, shape, extern, dtype):
     externs = {op.replace("addmm", "mm") for op in report["extern"]}
     assert externs == {op.replace("addmm", "mm") for op in extern}, report
     assert not report["fallback"], report
+
+
+# [Note: metas that depend on the device]: on the CPU, ``_embedding_bag``'s bookkeeping
+# results have the CPU kernel's sizes, not the CUDA ones PyTorch's meta kernel gives.
+@pytest.mark.parametrize("mode", [0, 1, 2])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+@pytest.mark.parametrize("padding_idx,include_last,weighted",
+                         [(-1, False, False), (3, False, False), (-1, True, False),
+                          (-1, False, True)])
+def test_embedding_bag_results_have_the_cpu_sizes(mode, dtype, padding_idx, include_last,
+                                                   weighted):
+    if weighted and mode != 0:
+        pytest.skip("per-sample weights need mode='sum'")
+    weight = torch.randn(50, 6, dtype=dtype)
+    indices, offsets = torch.randint(50, (11,)), torch.tensor([0, 4, 4, 9])
+    per_sample = torch.rand(11, dtype=dtype) if weighted else None
+    args = (weight, indices, offsets, False, mode, False, per_sample, include_last,
+            padding_idx)
+    op = torch.ops.aten._embedding_bag.default
+
+    def traced(*a):
+        return op(*a)
+
+    gm = trace(traced, list(args))
+    metas = [n.meta["val"] for n in gm.graph.nodes if n.target is operator.getitem]
+    real = op(*args)
+    assert [tuple(m.shape) for m in metas] == [tuple(r.shape) for r in real]

@@ -22,6 +22,7 @@ from typing import Any
 import sympy
 import torch
 import torch.fx
+from aotautograd.proxy_tensor import on_device
 from primtorch import prims
 
 from inductor import sizevars
@@ -314,7 +315,9 @@ class GraphLowering(torch.fx.Interpreter):
         val = self.current_node.meta.get("val") if self.current_node is not None else None
         if val is None or (not has_symbols(val) and takes_buffers(target, args, kwargs)):
             try:  # [Note: what a library call returns]
-                val = target(*to_meta(args), **to_meta(kwargs))
+                meta_args, meta_kwargs = to_meta(args), to_meta(kwargs)
+                val = on_device(target, target(*meta_args, **meta_kwargs), self.device(),
+                                meta_args, meta_kwargs)
             except Exception:
                 if val is None:
                     raise

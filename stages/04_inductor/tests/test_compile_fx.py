@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import copy
+
 import inductor
 import pytest
 import torch
 import torch.fx
 import torch.nn.functional as F
-from inductor_testing import assert_close, to_target
+from inductor_testing import assert_close, device_for, to_target
 
 aotautograd = pytest.importorskip("aotautograd")
 needs_aot = pytest.mark.skipif(not hasattr(aotautograd, "aot_module_simplified"),
@@ -124,3 +126,25 @@ def test_a_none_input_reaches_the_library_call_that_takes_it(target):
     compiled = inductor.compile_fx_inner(torch.fx.GraphModule({}, graph), [x, 7],
                                          target=target)
     assert_close(compiled(x, 7)[0], x.cpu() + 1)
+
+
+@pytest.mark.parametrize("target", ["cpp", "triton"])
+@pytest.mark.parametrize("mode", ["sum", "mean", "max"])
+def test_embedding_bag_trains_like_eager(target, mode):
+    """``_embedding_bag`` is a library call whose bookkeeping results the CPU kernel sizes
+    differently from CUDA's ([Note: metas that depend on the device] in aotautograd): the
+    compiled model must run, and train, on both."""
+    import driver
+
+    device = device_for(target)
+    torch.manual_seed(0)
+    eager = torch.nn.EmbeddingBag(40, 8, mode=mode).to(device)
+    model = copy.deepcopy(eager)
+    compiled = driver.compile(model, options={"target": target})
+    ids, offsets = torch.randint(40, (15,), device=device), torch.tensor([0, 3, 3, 10],
+                                                                           device=device)
+    want, got = eager(ids, offsets), compiled(ids, offsets)
+    assert_close(got, want)
+    want.square().sum().backward()
+    got.square().sum().backward()
+    assert_close(model.weight.grad, eager.weight.grad)

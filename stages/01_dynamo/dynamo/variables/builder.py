@@ -38,7 +38,7 @@ from .constant import ConstantVariable, SymNumberVariable, is_literal
 from .ctx_manager import AutocastVariable
 from .dicts import ConstDictVariable
 from .functions import FunctoolsPartialVariable, UserFunctionVariable, UserMethodVariable
-from .lists import ListVariable, NamedTupleVariable, TupleVariable
+from .lists import ListVariable, NamedTupleVariable, TupleVariable, tuple_fields
 from .misc import PythonModuleVariable, TypeVariable
 from .nn_module import NNModuleVariable
 from .sym_node import SymNodeVariable
@@ -113,7 +113,7 @@ def _wrap_sequence(output: OutputGraph, value: Any, source: str, sym: bool) -> V
     output.add_guards([make_type_guard(source, value),
                        Guard(source, "LEN", f"len({source}) == {len(value)}")])
     items = tuple(wrap(output, v, f"{source}[{i}]", sym) for i, v in enumerate(value))
-    if isinstance(value, tuple) and hasattr(type(value), "_fields"):
+    if isinstance(value, tuple) and tuple_fields(type(value)) is not None:
         return NamedTupleVariable(items, cls=type(value), source=source)
     cls = TupleVariable if isinstance(value, tuple) else ListVariable
     return cls(items, source=source)
@@ -279,7 +279,11 @@ def wrap_fx_proxy(
         return TensorVariable(proxy, example, device)
     if isinstance(example, (tuple, list)) and any(isinstance(e, torch.Tensor) for e in example):
         items = tuple(wrap_fx_proxy(output, proxy[i], e, device) for i, e in enumerate(example))
-        return TupleVariable(items) if isinstance(example, tuple) else ListVariable(items)
+        if isinstance(example, list):
+            return ListVariable(items)
+        if tuple_fields(type(example)) is not None:  # torch.sort's values/indices
+            return NamedTupleVariable(items, cls=type(example))
+        return TupleVariable(items)
     if isinstance(example, SymTypes):  # a size, symbolic: book/docs/dynamic-shapes.md
         proxy.node.meta["example_value"] = example
         if example.node.is_constant():

@@ -200,9 +200,34 @@ _LIST_MUTATIONS = {
 }
 
 
+# [Note: struct sequences]
+# Ops with several results return a *struct sequence*: ``torch.sort(x)`` is a
+# ``torch.return_types.sort``, a tuple whose items are also fields (``.values``,
+# ``.indices``), like ``os.stat_result``. It is not a namedtuple: no ``_fields`` (the names,
+# in order, are ``__match_args__``), and it is built from one sequence, ``cls((v, i))``, not
+# from the items. Traced as a plain tuple, ``torch.sort(x).values`` would break the graph
+# and then fail on the rebuilt tuple; traced as a NamedTupleVariable, it is an item.
+def tuple_fields(cls: type) -> tuple[str, ...] | None:
+    """The field names of a namedtuple or struct sequence class, else None."""
+    if not issubclass(cls, tuple):
+        return None
+    if hasattr(cls, "_fields"):
+        return tuple(cls._fields)
+    if hasattr(cls, "n_sequence_fields") and hasattr(cls, "__match_args__"):
+        return tuple(cls.__match_args__)
+    return None
+
+
+def build_tuple(cls: type, items: Any) -> tuple:
+    """An instance of the namedtuple or struct sequence ``cls`` holding ``items``."""
+    items = tuple(items)
+    return cls(items) if hasattr(cls, "n_sequence_fields") else cls(*items)
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class NamedTupleVariable(TupleVariable):
-    """An instance of a ``collections.namedtuple`` / ``typing.NamedTuple`` class."""
+    """An instance of a ``collections.namedtuple`` / ``typing.NamedTuple`` class, or of a
+    struct sequence such as ``torch.return_types.sort`` ([Note: struct sequences])."""
 
     cls: type = tuple
 
@@ -210,7 +235,7 @@ class NamedTupleVariable(TupleVariable):
         return self.cls
 
     def as_python_constant(self) -> Any:
-        return self.cls(*(item.as_python_constant() for item in self.items))
+        return build_tuple(self.cls, (item.as_python_constant() for item in self.items))
 
     def as_proxy(self) -> Any:
         return tuple(item.as_proxy() for item in self.items)
@@ -219,13 +244,13 @@ class NamedTupleVariable(TupleVariable):
         return TupleVariable(items)  # a slice of a namedtuple is a plain tuple
 
     def var_getattr(self, tx: InstructionTranslator, name: str) -> VariableTracker:
-        fields = self.cls._fields
+        fields = tuple_fields(self.cls) or ()
         if name in fields:
             return self.items[fields.index(name)]
         return super().var_getattr(tx, name)
 
     def call_method(self, tx, name, args, kwargs):
-        if name == "_replace" and not args:
+        if name == "_replace" and not args and hasattr(self.cls, "_fields"):
             items = list(self.items)
             for key, value in kwargs.items():
                 items[self.cls._fields.index(key)] = value
@@ -235,7 +260,7 @@ class NamedTupleVariable(TupleVariable):
     def reconstruct(self, rt: Residual) -> Any:
         if self.source is not None:
             return rt.eval(self.source)
-        return self.cls(*(item.reconstruct(rt) for item in self.items))
+        return build_tuple(self.cls, (item.reconstruct(rt) for item in self.items))
 
     def __repr__(self) -> str:
         return f"NamedTupleVariable({self.cls.__name__}, {list(self.items)!r})"

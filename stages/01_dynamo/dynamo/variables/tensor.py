@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 # Metadata the meta example knows exactly: folded into constants.
 _CONSTANT_ATTRS = frozenset({
     "shape", "dtype", "ndim", "requires_grad", "is_leaf", "layout", "is_sparse",
-    "is_quantized", "itemsize", "nbytes",
+    "is_quantized", "itemsize", "nbytes", "is_nested", "is_sparse_csr", "is_mkldnn",
 })
 # Attributes that are new tensors (views): recorded as getattr nodes.
 _TENSOR_ATTRS = frozenset({"T", "mT", "H", "mH", "real", "imag"})
