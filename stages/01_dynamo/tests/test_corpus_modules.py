@@ -207,6 +207,19 @@ def test_module_corpus(name, backend):
             else ((2, 5), (2, 5), (3, 6)))
 
 
+def test_encoder_inference_is_one_graph(backend):
+    """Without autograd, ``nn.TransformerEncoder`` checks its fast path: ``len()`` of every
+    layer's hook dicts, which are OrderedDicts, read like dicts (guarded by type and keys)."""
+    torch.manual_seed(0)
+    encoder = nn.TransformerEncoder(
+        nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=True), 2,
+        enable_nested_tensor=False).eval()
+    with torch.no_grad():
+        compare(backend, encoder, lambda b, n: torch.randn(b, n, 8))
+        report = dynamo.explain(encoder)(torch.randn(2, 4, 8))
+    assert report.graph_break_count == 0 and report.graph_count == 1, str(report)
+
+
 def test_parameters_are_graph_inputs(backend):
     model = MLP()
     compare(backend, model, randn, calls=((2, 8), (2, 8)))

@@ -12,6 +12,7 @@ Chapter: book/docs/dynamo.md ("Wrapping inputs", "Guards").
 
 from __future__ import annotations
 
+import collections
 import functools
 import re
 import types
@@ -83,7 +84,7 @@ def _wrap(output: OutputGraph, value: Any, source: str, sym_numbers: bool) -> Va
         return ConstantVariable(value, source=source)
     if isinstance(value, (tuple, list)):
         return _wrap_sequence(output, value, source, sym_numbers)
-    if type(value) is dict:
+    if type(value) in (dict, collections.OrderedDict):  # (a module's hooks are OrderedDicts)
         return _wrap_dict(output, value, source, sym_numbers)
     if isinstance(value, torch.nn.Module):
         output.add_guards([Guard(source, "ID", f"id({source}) == {id(value)}")])
@@ -123,10 +124,10 @@ def _wrap_dict(output: OutputGraph, value: dict, source: str, sym: bool) -> Vari
     if not all(is_literal(k) for k in value):
         unimplemented(f"dict {source} has keys that are not constants")
     keys = literal(list(value))
-    output.add_guards([Guard(source, "TYPE", f"type({source}) is dict"),
+    output.add_guards([make_type_guard(source, value),
                        Guard(source, "KEYS", f"list({source}.keys()) == {keys}")])
     items = {k: wrap(output, v, f"{source}[{literal(k)}]", sym) for k, v in value.items()}
-    return ConstDictVariable(items, source=source)
+    return ConstDictVariable(items, source=source, cls=type(value))
 
 
 # --8<-- [start:wrap-tensor]

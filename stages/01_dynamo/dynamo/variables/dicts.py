@@ -39,13 +39,14 @@ class ConstDictVariable(VariableTracker):
     """A dict; ``items`` maps real keys to trackers (treated as read-only)."""
 
     items: dict[Any, VariableTracker]
+    cls: type = dict  # or collections.OrderedDict, read from an input
 
     def __post_init__(self) -> None:
         if self.mutable_local is None:
             object.__setattr__(self, "mutable_local", MutableLocal())
 
     def python_type(self) -> type:
-        return dict
+        return self.cls
 
     def truth(self, tx: InstructionTranslator) -> bool:
         return bool(self.items)
@@ -116,7 +117,8 @@ class ConstDictVariable(VariableTracker):
     def reconstruct(self, rt: Residual) -> Any:
         if self.source is not None:
             return rt.eval(self.source)
-        return rt.memo(self, lambda: {k: v.reconstruct(rt) for k, v in self.items.items()})
+        return rt.memo(self, lambda: self.cls({k: v.reconstruct(rt)
+                                              for k, v in self.items.items()}))
 
     def __repr__(self) -> str:
         return f"ConstDictVariable({list(self.items)!r})"
