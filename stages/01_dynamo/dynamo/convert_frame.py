@@ -35,7 +35,7 @@ from .guards import RESERVED_NAMES, Guard, compile_guards
 from .output_graph import OutputGraph
 from .resume_execution import live_locals, original_location
 from .side_effects import SideEffects
-from .symbolic_convert import BreakPoint, InstructionTranslator
+from .symbolic_convert import BreakPoint, InstructionTranslator, Retrace
 from .variables.base import NullVariable, VariableTracker, children
 
 
@@ -163,13 +163,19 @@ def convert_frame(frame: Frame, backend: Callable[..., Any], allow_breaks: bool 
     clash = RESERVED_NAMES & set(frame.arguments)
     if clash:
         unimplemented(f"a parameter named {sorted(clash)[0]!r} shadows a name guards use")
-    output = OutputGraph(frame.code.co_name)
-    output.root_globals = frame.f_globals
-    output.dynamic = dynamic
-    output.frame_state = frame_state if frame_state is not None else {}
-    tracer = InstructionTranslator(
-        frame.code, frame.f_globals, frame.closure, frame.arguments, output, allow_breaks)
-    return_value = tracer.run()
+    planned = None
+    while True:  # at most twice: [Note: a break inside a callee is traced again]
+        output = OutputGraph(frame.code.co_name)
+        output.root_globals = frame.f_globals
+        output.dynamic = dynamic
+        output.frame_state = frame_state if frame_state is not None else {}
+        tracer = InstructionTranslator(frame.code, frame.f_globals, frame.closure,
+                                       frame.arguments, output, allow_breaks, planned)
+        try:
+            return_value = tracer.run()
+            break
+        except Retrace as again:
+            planned = again
     bp = tracer.break_point
     values = [*bp.stack, *bp.live.values()] if bp else [return_value]
     values += output.side_effects.values()

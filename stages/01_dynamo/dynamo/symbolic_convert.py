@@ -422,6 +422,28 @@ class _StopTracing(Exception):
     pass
 
 
+# --8<-- [start:retrace]
+# [Note: a break inside a callee is traced again]
+# A graph break inside an inlined function (``nn.GRU.forward`` calling the weak references
+# it keeps to its weights) rewinds the root frame to the call instruction and breaks there:
+# the callee runs eagerly. Rewinding restores the stack, the locals, the side effects and
+# the graph's nodes, but not what the attempt learned about the inputs: every guard it
+# installed (a GRU's weight names, the types of its weak references, the metadata of each
+# weight it read) and every input it made a placeholder stay, and each later call checks
+# and fetches them for nothing, about thirty guards for a GRU. So when the abandoned step
+# had added guards or inputs, the frame is traced again from the start with the break
+# decided in advance (``Retrace``): the second trace never enters the callee. The break is
+# named by the instruction's offset and by how many times the trace had reached it, since
+# an unrolled loop reaches one instruction several times.
+class Retrace(Exception):
+    """Trace the frame again, breaking at the ``visit``-th execution of ``offset``."""
+
+    def __init__(self, offset: int, visit: int, reason: str) -> None:
+        super().__init__(reason)
+        self.offset, self.visit, self.reason = offset, visit, reason
+# --8<-- [end:retrace]
+
+
 # Instructions at which a graph break can resume: codegen.run_instruction runs them.
 RESUMABLE = frozenset({
     "CALL", "CALL_KW", "CALL_FUNCTION_EX", "BINARY_OP", "COMPARE_OP", "BINARY_SUBSCR",
@@ -438,6 +460,7 @@ class InstructionTranslator(InstructionTranslatorBase):
     def __init__(
         self, code: types.CodeType, f_globals: dict[str, Any], closure: dict[str, Any],
         arguments: dict[str, Any], output: OutputGraph, allow_breaks: bool = False,
+        planned_break: Retrace | None = None,
     ) -> None:
         # Arguments are wrapped up front, in signature order, so the graph's
         # placeholders follow the order of the function's tensor parameters.
@@ -448,6 +471,8 @@ class InstructionTranslator(InstructionTranslatorBase):
         super().__init__(code, f_globals, symbolic_locals, output)
         self.closure = closure
         self.allow_breaks = allow_breaks
+        self.planned_break = planned_break  # [Note: a break inside a callee is traced again]
+        self.visits: dict[int, int] = {}  # offset -> how many times a step reached it
         self.break_point: BreakPoint | None = None
         self.initial_grad_mode = torch.is_grad_enabled()
 
@@ -472,26 +497,35 @@ class InstructionTranslator(InstructionTranslatorBase):
         inst = self.instructions[self.ip]
         if not self.allow_breaks or inst.opname not in RESUMABLE:
             return super().step()
+        visit = self.visits[inst.offset] = self.visits.get(inst.offset, 0) + 1
+        planned = self.planned_break
+        if planned is not None and (planned.offset, planned.visit) == (inst.offset, visit):
+            self.current_inst = inst
+            self._break_at(inst, planned.reason)
         checkpoint = self._checkpoint()
         try:
             super().step()
         except Unsupported as e:
+            learned = (len(self.output.guards), len(self.output.input_sources))
             self._restore(checkpoint)
             self.current_inst = inst
             why_not = self._cannot_resume(inst)
             if why_not:
                 e.reason = f"{e.reason} (a graph break {why_not} is not supported)"
                 raise
+            if learned != checkpoint[-1] and planned is None:
+                raise Retrace(inst.offset, visit, e.reason) from e
             self._break_at(inst, e.reason)
 
     def _checkpoint(self) -> tuple:
         nodes = list(self.output.graph.nodes)
         return (self.ip, list(self.stack), dict(self.symbolic_locals), self.kw_names,
                 nodes[-1] if nodes else None, self.output.side_effects.snapshot(),
-                torch.is_grad_enabled(), self.lineno)
+                torch.is_grad_enabled(), self.lineno,
+                (len(self.output.guards), len(self.output.input_sources)))
 
     def _restore(self, checkpoint: tuple) -> None:
-        ip, stack, local_vars, kw_names, last_node, effects, grad, lineno = checkpoint
+        ip, stack, local_vars, kw_names, last_node, effects, grad, lineno, _ = checkpoint
         self.ip, self.stack, self.symbolic_locals, self.kw_names = ip, stack, local_vars, kw_names
         self.output.side_effects.restore(effects)
         self.output.erase_nodes_after(last_node)
