@@ -229,7 +229,7 @@ def compile_or_fallback(
     try:
         return convert_frame(frame, backend, not strict, dynamic, frame_state), False
     except UserErrorInTrace:
-        return None, False
+        raise  # the caller runs the frame eagerly: [Note: user errors]
     except (Unsupported, BackendCompilerFailed) as e:
         if strict:
             raise

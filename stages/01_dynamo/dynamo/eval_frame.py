@@ -48,7 +48,7 @@ import torch
 
 from . import config
 from .convert_frame import CacheEntry, Frame, compile_or_fallback
-from .exc import FallbackWarning, reproduce_line, unimplemented
+from .exc import FallbackWarning, UserErrorInTrace, reproduce_line, unimplemented
 from .guards import Guard, first_failing_guard
 from .resume_execution import original_location
 from .variables.nn_module import has_hooks
@@ -178,7 +178,11 @@ def _call(
         _recompile_limit_hit(frame, entries[-1])
         return run_eagerly()
     state = _frame_state.setdefault(code, {})  # [Note: automatic dynamic]
-    entry, give_up = compile_or_fallback(frame, backend, fullgraph, code.co_name, dynamic, state)
+    try:
+        entry, give_up = compile_or_fallback(frame, backend, fullgraph, code.co_name, dynamic,
+                                             state)
+    except UserErrorInTrace as e:
+        return _eager_after_user_error(frame, run_eagerly, e, fullgraph)
     if give_up:
         _skipped.add(code)
     if entry is None:
@@ -191,6 +195,25 @@ def _call(
     _created.append(entry)
     return entry.run(frame, inputs)
 # --8<-- [end:cache-lookup]
+
+
+def _eager_after_user_error(frame: Frame, run_eagerly: Callable[[], Any],
+                            error: UserErrorInTrace, fullgraph: bool) -> Any:
+    """[Note: user errors]: eager raises the genuine error. If eager succeeds instead, the
+    error was the trace's own (a meta kernel stricter than the real one, a Python check the
+    trace could not answer), and tracing again at every call would fail the same way at the
+    cost of a trace each time: the code runs eagerly from now on, with one warning."""
+    result = run_eagerly()
+    if fullgraph or config.strict():
+        raise RuntimeError(f"{frame.code.co_name}(): tracing raised {error}, which eager "
+                           "PyTorch does not raise") from error.error
+    _skipped.add(frame.code)
+    warnings.warn(
+        f'minipt2 stage "dynamo" could not compile {frame.code.co_name}(); running it '
+        f"eagerly.\n  reason: tracing raised {error}, which eager PyTorch does not raise\n"
+        f"  at {frame.code.co_filename}:{frame.code.co_firstlineno}", FallbackWarning,
+        stacklevel=4)
+    return result
 
 
 def _rejects_own_call(frame: Frame, entry: CacheEntry) -> None:

@@ -59,12 +59,16 @@ class ContainerOps:
     def _extend_in_place(self: InstructionTranslatorBase, depth: int, extra: tuple,
                          kind: str) -> None:
         # The container was built just before and is only on the stack, so a new
-        # version in its place is the same as mutating it.
+        # version in its place is the same as mutating it. It is only on the stack in a
+        # resume function too (a comprehension that broke hands its list on as ``___stack0``),
+        # but there it has a source, which the new version must not keep: rebuilt from its
+        # source after the graph, the list would come back without what was added.
         target = self.stack[-depth]
         if kind == "dict":
-            self.stack[-depth] = target.clone(items={**target.items, **dict(extra)})
+            self.stack[-depth] = target.clone(items={**target.items, **dict(extra)},
+                                              source=None)
         else:
-            self.stack[-depth] = target.clone(items=target.items + extra)
+            self.stack[-depth] = target.clone(items=target.items + extra, source=None)
 
     def LIST_EXTEND(self: InstructionTranslatorBase, inst: dis.Instruction) -> None:
         items = tuple(get_iter(self, self.pop()).unpack(self))

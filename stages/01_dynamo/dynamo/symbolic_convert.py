@@ -466,8 +466,13 @@ class InstructionTranslator(InstructionTranslatorBase):
         # placeholders follow the order of the function's tensor parameters.
         # A resume function's numbers stay symbolic: [Note: numbers across a graph break].
         sym = code.co_name.startswith("__resume_at_")
-        symbolic_locals = {name: wrap(output, value, name, sym_numbers=sym)
-                           for name, value in arguments.items()}
+        # A comprehension's iterator is the local ``.0`` of its code, which ``inspect`` (and
+        # so the frame, the guards and the sources) calls ``implicit0``: a name that is an
+        # identifier. The local gets the code's name, the source the frame's.
+        names = list(arguments)
+        symbolic_locals = {
+            (name if name in code.co_varnames else code.co_varnames[names.index(name)]):
+            wrap(output, value, name, sym_numbers=sym) for name, value in arguments.items()}
         super().__init__(code, f_globals, symbolic_locals, output)
         self.closure = closure
         self.allow_breaks = allow_breaks

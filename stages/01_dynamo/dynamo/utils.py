@@ -61,6 +61,9 @@ def get_example_value(
                           "graph does not have at trace time [Note: data-dependent]")
         unimplemented(f"{name}() has no meta kernel, so its result cannot be predicted ({e})")
     except Exception as e:
+        if "on meta tensors" in str(e):  # e.g. F.gaussian_nll_loss asks bool(any(var < 0))
+            unimplemented(f"{name}() reads the values of a tensor inside, which a graph does "
+                          f"not have at trace time [Note: data-dependent] ({e})")
         raise UserErrorInTrace(e) from e
 
 
@@ -87,7 +90,11 @@ def _run_specialized(kind: str, target: Any, args: list, kwargs: dict) -> Any:
     # primtorch's decompositions installed (the driver does) it is rare. If the op also
     # fails on the hints, the failure was not about symbols: it is raised as it is.
     """
-    concrete_args, concrete_kwargs = tree_map(concrete, (args, kwargs))
+    def on_hints(t: Any) -> Any:  # an autocast example stays one, on its device
+        return DeviceMeta(concrete(t.meta), t.device) if isinstance(t, DeviceMeta) else \
+            concrete(t)
+
+    concrete_args, concrete_kwargs = tree_map(on_hints, (args, kwargs))
     result = _run(kind, target, concrete_args, concrete_kwargs, False)
     specialize_all((args, kwargs))
     return result

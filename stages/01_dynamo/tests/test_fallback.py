@@ -124,6 +124,52 @@ def test_user_error_even_under_fullgraph(backend):
         dynamo.optimize(backend, fullgraph=True)(shape_mismatch)(torch.randn(3), torch.randn(4))
 
 
+@torch.library.custom_op("minipt2_test::strict_meta", mutates_args=())
+def strict_meta(x: torch.Tensor) -> torch.Tensor:
+    return x * 2
+
+
+@strict_meta.register_fake
+def _(x):
+    raise ValueError("this fake kernel is stricter than the real one")
+
+
+def test_a_trace_only_error_runs_eagerly_once_warned(backend, monkeypatch):
+    """[Note: user errors]: eager succeeds where the trace raised, so the trace was wrong;
+    the frame runs eagerly from then on, with one warning, and is not traced again."""
+    import dynamo.convert_frame as cf
+
+    traces = []
+    convert = cf.convert_frame
+    monkeypatch.setattr(cf, "convert_frame", lambda *a, **k: traces.append(1) or convert(*a, **k))
+
+    def fn(x):
+        return torch.ops.minipt2_test.strict_meta(x) + 1
+
+    opt = dynamo.optimize(backend)(fn)
+    x = torch.randn(3)
+    with pytest.warns(dynamo.FallbackWarning, match="stricter than the real one"):
+        torch.testing.assert_close(opt(x), x * 2 + 1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        torch.testing.assert_close(opt(x), x * 2 + 1)
+    assert len(traces) == 1 and backend.calls == 0
+
+
+def test_a_function_reading_values_inside_breaks_the_graph(backend):
+    """``F.gaussian_nll_loss`` checks ``torch.any(var < 0)``: the meta run cannot answer,
+    which is a graph break at that call (not a user error)."""
+    import torch.nn.functional as F
+
+    def fn(x, var):
+        return F.gaussian_nll_loss(x.sin(), x, var) * 2
+
+    x, var = torch.randn(4, 3), torch.rand(4, 3) + 0.1
+    report = dynamo.explain(fn)(x, var)
+    assert report.graph_break_count == 1 and "reads the values" in report.breaks[0].reason
+    torch.testing.assert_close(dynamo.optimize(backend)(fn)(x, var), fn(x, var))
+
+
 def test_bad_call_arguments_raise_like_eager(backend, no_fallback):
     with pytest.raises(TypeError, match="positional argument"):
         dynamo.optimize(backend)(shape_mismatch)(torch.randn(2))

@@ -226,6 +226,11 @@ def test_break_inside_a_comprehension(corpus):
 
     if sys.version_info < (3, 12):
         corpus(br_comprehension_with_item, make_args, graphs=None)
+        # compiled, not run eagerly: the comprehension (its iterator ``.0`` is an argument
+        # named ``implicit0``) and its resume functions (its list arrives as ``___stack0``)
+        names = [code.co_name for code, entries in dynamo.eval_frame._cache.items() if entries]
+        assert "<listcomp>" in names, names
+        assert any(n.startswith("__resume_at_") and n.endswith("<listcomp>") for n in names)
         return
     with pytest.warns(dynamo.FallbackWarning, match="comprehension"):
         corpus(br_comprehension_with_item, make_args, graphs=None, allow_fallback=True)

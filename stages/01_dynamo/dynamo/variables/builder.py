@@ -39,6 +39,7 @@ from .constant import ConstantVariable, SymNumberVariable, is_literal
 from .ctx_manager import AutocastVariable
 from .dicts import ConstDictVariable
 from .functions import FunctoolsPartialVariable, UserFunctionVariable, UserMethodVariable
+from .iter import ListIteratorVariable
 from .lists import ListVariable, NamedTupleVariable, TupleVariable, tuple_fields
 from .misc import PythonModuleVariable, TypeVariable
 from .nn_module import NNModuleVariable
@@ -86,6 +87,11 @@ def _wrap(output: OutputGraph, value: Any, source: str, sym_numbers: bool) -> Va
         return _wrap_sequence(output, value, source, sym_numbers)
     if type(value) in (dict, collections.OrderedDict):  # (a module's hooks are OrderedDicts)
         return _wrap_dict(output, value, source, sym_numbers)
+    if type(value).__name__ == "LoopIterator" and type(value).__module__ == "dynamo.codegen":
+        # the iterator a graph break hands on (a comprehension called at the break gets
+        # one as its ``.0``): its items, not yet consumed, read like a list's
+        items = _wrap_sequence(output, value.items, f"{source}.items", sym_numbers)
+        return ListIteratorVariable(items.items)
     if isinstance(value, torch.nn.Module):
         output.add_guards([Guard(source, "ID", f"id({source}) == {id(value)}")])
         return NNModuleVariable(value, source=source)
