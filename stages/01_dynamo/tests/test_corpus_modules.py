@@ -191,6 +191,9 @@ MODULES = {
     "counts": (lambda: Counts(), randn),
     "sequential": (lambda: nn.Sequential(nn.Linear(8, 8), nn.GELU(), nn.Linear(8, 8)), randn),
     "layer_norm": (lambda: nn.LayerNorm(8), randn),
+    # padding_mode="reflect" pads first, then convolves with _pair(0): itertools.repeat
+    "conv_reflect": (lambda: nn.Conv2d(3, 4, 3, padding=1, padding_mode="reflect"),
+                     lambda b, n: torch.randn(b, 3, n, n)),
     # reads ``query.is_nested`` before anything else: one graph, not a break
     "encoder_layer": (lambda: nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0,
                                                          batch_first=True),
@@ -203,7 +206,8 @@ def test_module_corpus(name, backend):
     make, make_input = MODULES[name]
     torch.manual_seed(0)
     compare(backend, make(), make_input,
-            calls=((2, 8), (2, 8), (3, 8)) if name not in ("conv_bn", "conv_bn_eval")
+            calls=((2, 8), (2, 8), (3, 8)) if name not in ("conv_bn", "conv_bn_eval",
+                                                          "conv_reflect")
             else ((2, 5), (2, 5), (3, 6)))
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import functools
+import itertools
 import math
 import operator
 
@@ -290,6 +291,12 @@ def ct_struct_sequence(x):  # [Note: struct sequences]: fields, items, and the t
     s, m = torch.sort(x, dim=-1, descending=True), x.max(dim=0)
     top = x.topk(2)
     return s.values[:, :2] + top.values, s.indices, m.values * m[1], m
+
+
+def ct_itertools(x):  # torch.nn's _pair(0) is tuple(repeat(0, 2))
+    pad = tuple(itertools.repeat(1, 2))
+    ys = list(itertools.chain([x], (x * 2, x * 3)))
+    return sum(y * a * b for y, (a, b) in zip(ys, itertools.product([1, 2], [pad[0], 3])))
 
 
 def ct_slice_tensor(x):

@@ -12,6 +12,7 @@ Chapter: book/docs/dynamo.md ("Control flow").
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from typing import TYPE_CHECKING, Any
 
 from ..exc import unimplemented
@@ -116,7 +117,25 @@ def make_next(tx, iterator, default=None):
     raise UserErrorInTrace(StopIteration())
 
 
+def make_repeat(tx, item, times=None):
+    """``itertools.repeat(x, n)``, as ``torch.nn.modules.utils._pair`` calls it."""
+    if times is None or not times.is_python_constant():
+        unimplemented("itertools.repeat() without a constant count")
+    return ListIteratorVariable((item,) * times.as_python_constant())
+
+
+def make_chain(tx, *iterables):
+    return ListIteratorVariable(tuple(item for it in iterables for item in _items(tx, it)))
+
+
+def make_product(tx, *iterables, repeat=None):
+    pools = [tuple(_items(tx, it)) for it in iterables]
+    pools *= 1 if repeat is None else repeat.as_python_constant()
+    return ListIteratorVariable(tuple(TupleVariable(row) for row in itertools.product(*pools)))
+
+
 ITERATOR_BUILTINS = {
     enumerate: make_enumerate, zip: make_zip, reversed: make_reversed, map: make_map,
     filter: make_filter, next: make_next, iter: lambda tx, value: get_iter(tx, value),
+    itertools.repeat: make_repeat, itertools.chain: make_chain, itertools.product: make_product,
 }
