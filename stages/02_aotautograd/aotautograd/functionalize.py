@@ -130,10 +130,22 @@ def functionalize_with_twin(mode, func: OpOverload, args: tuple, kwargs: dict,
     return results[0] if len(results) == 1 else results
 
 
+def whole_view(t: object) -> bool:
+    """A view that is all of its base, in the base's layout (``aten.alias(x)``, ``x[:]``):
+    writing it is writing the base. ``F.instance_norm`` updates its running statistics by
+    ``alias(running_mean).copy_(...)``, so a model with ``nn.InstanceNorm2d(...,
+    track_running_stats=True)`` needs this exception to [Note: mutation through views]."""
+    base = getattr(t, "base", None)
+    return (base is not None and t.dtype == base.dtype and tuple(t.shape) == tuple(base.shape)
+            and t.stride() == base.stride() and t.storage_offset() == base.storage_offset())
+
+
 def check_writable(tracer, target: object, what: str) -> None:
     """Only an intermediate, or (in aot_module_simplified) a graph input, may be written."""
     if not isinstance(target, proxy_tensor.TracerTensor):
         raise AOTUnsupported(f"{what} writes to a tensor the tracer does not own")
+    if whole_view(target):
+        target = target.base
     if target.base is not None:
         raise AOTUnsupported(f"{what} writes through a view (x[i] = ..., x.view(...).add_()); "
                              "see [Note: mutation through views]")
@@ -149,6 +161,11 @@ def write_back(mode, target, new: torch.Tensor, what: str) -> None:
     which makes the views taken before the write stale."""
     tracer = mode.tracer
     check_writable(tracer, target, what)
+    if whole_view(target):  # write the base; the view, the same memory, sees the new value
+        base = target.base
+        write_back(mode, base, new, what)
+        target.meta, target.proxy, target.base_version = base.meta, base.proxy, base.version
+        return
     if new.dtype != target.dtype:  # x_float32.add_(y_float64) stays float32
         with mode:
             new = aten._to_copy.default(new, dtype=target.dtype)

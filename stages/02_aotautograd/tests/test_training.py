@@ -249,6 +249,22 @@ def test_batchnorm_running_statistics_update_identically():
     assert model[0].num_batches_tracked.item() == 3
 
 
+def test_instance_norm_running_statistics_written_through_an_alias():
+    """``F.instance_norm`` writes its running statistics by ``alias(running_mean).copy_``:
+    a view that is all of its base, so a write to the base ([Note: mutation through
+    views] has that one exception)."""
+    eager, model = twin(nn.InstanceNorm2d(3, affine=True, track_running_stats=True).train())
+    x = torch.randn(2, 3, 5, 5)
+    compiled = compile_module(model, [x])
+    for _ in range(3):
+        x = torch.randn(2, 3, 5, 5)
+        compiled(x)[0].square().sum().backward()
+        eager(x).square().sum().backward()
+    for b_c, b_e in zip(model.buffers(), eager.buffers()):
+        torch.testing.assert_close(b_c, b_e)
+    torch.testing.assert_close(model.weight.grad, eager.weight.grad)
+
+
 def test_no_grad_gives_an_inference_graph():
     model, inputs = model_and_inputs("mlp")
     with torch.no_grad():
