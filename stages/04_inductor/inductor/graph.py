@@ -302,6 +302,8 @@ class GraphLowering(torch.fx.Interpreter):
         val = self.current_node.meta.get("val") if self.current_node is not None else None
         if isinstance(val, torch.SymInt):  # size arithmetic: [Note: sizes in the graph]
             return sympify_size(val)
+        if touches_complex(val, args, kwargs):  # [Note: complex numbers]
+            return self.fallback(target, args, kwargs)
         lowering = lowerings.get(target)
         if lowering is not None:
             result = lowering(*args, **kwargs)
@@ -399,6 +401,20 @@ def has_symbols(tree: Any) -> bool:
     return any(isinstance(x, torch.SymInt) for t in leaves if isinstance(t, torch.Tensor)
                for x in (*t.shape, *t.stride())) or any(isinstance(x, torch.SymInt)
                                                          for x in leaves)
+
+
+# --8<-- [start:complex-numbers]
+# [Note: complex numbers]
+# Our kernels compute in real types: the printers have no complex64. An op that reads or
+# makes a complex tensor (rotary embeddings written with ``torch.view_as_complex``, as
+# LLaMA's reference code does) is a library call instead, and the real ops around it are
+# still fused: ``view_as_real`` hands its result to a kernel like any library call's.
+def touches_complex(val: Any, args: Any, kwargs: Any) -> bool:
+    """Whether the op's result or any buffer it reads has a complex dtype."""
+    leaves = torch.utils._pytree.tree_leaves((val, args, kwargs))
+    return any((x.layout.dtype if isinstance(x, Buffer) else x.dtype).is_complex
+               for x in leaves if isinstance(x, (Buffer, torch.Tensor)))
+# --8<-- [end:complex-numbers]
 
 
 def takes_buffers(target: Any, args: Any, kwargs: Any) -> bool:

@@ -148,3 +148,28 @@ def test_embedding_bag_trains_like_eager(target, mode):
     want.square().sum().backward()
     got.square().sum().backward()
     assert_close(model.weight.grad, eager.weight.grad)
+
+
+@pytest.mark.parametrize("target", ["cpp", "triton"])
+def test_complex_rotary_embedding_trains_like_eager(target):
+    """[Note: complex numbers]: ``view_as_complex`` and the complex product are library
+    calls; the real ops around them are still compiled, and gradients flow through."""
+    import driver
+
+    device = device_for(target)
+    angles = torch.outer(torch.arange(6.0), torch.rand(4)).to(device)
+    freqs = torch.polar(torch.ones_like(angles), angles)
+
+    def rotate(x):
+        q = (x * 2).reshape(*x.shape[:-1], -1, 2)
+        return torch.view_as_real(torch.view_as_complex(q) * freqs).flatten(-2).tanh()
+
+    x = torch.randn(2, 6, 8, device=device, requires_grad=True)
+    x2 = x.detach().clone().requires_grad_()
+    compiled = driver.compile(rotate, options={"target": target})
+    want, got = rotate(x), compiled(x2)
+    assert_close(got, want)
+    want.sum().backward()
+    got.sum().backward()
+    assert_close(x2.grad, x.grad)
+    assert compiled.graphs and compiled.graphs[0].artifacts  # compiled, not eager
