@@ -134,6 +134,29 @@ def _(x):
     raise ValueError("this fake kernel is stricter than the real one")
 
 
+@torch.library.custom_op("minipt2_test::twice", mutates_args=())
+def twice(x: torch.Tensor) -> torch.Tensor:
+    return x * 2
+
+
+@twice.register_fake
+def _(x):
+    return torch.empty_like(x)
+
+
+def test_a_custom_op_called_by_its_python_name_is_in_the_graph(backend, no_fallback):
+    """``torch.library.custom_op`` returns a callable object, not the OpOverload: calling
+    it is calling the op it registered (it crashed the trace: no ``__name__``)."""
+    def fn(x):
+        return twice(x.sin()) + 1
+
+    x = torch.randn(3)
+    torch.testing.assert_close(dynamo.optimize(backend)(fn)(x), fn(x))
+    report = dynamo.explain(fn)(x)
+    assert report.graph_count == 1 and report.graph_break_count == 0
+    assert "twice" in str(report)
+
+
 def test_a_trace_only_error_runs_eagerly_once_warned(backend, monkeypatch):
     """[Note: user errors]: eager succeeds where the trace raised, so the trace was wrong;
     the frame runs eagerly from then on, with one warning, and is not traced again."""

@@ -116,6 +116,7 @@ def compile_entry(gm: Callable, args: list, state: list, train: bool, fw_compile
         log.info("partition: %s", partition.describe())
         mark_input_mutations(partition.forward, program)
         compiled_fw = fw_compiler(partition.forward, primals)
+        saved_in_real_strides(partition, getattr(compiled_fw, "output_strides", None))
         bw_inputs = [example_value(n) for n in partition.backward.graph.nodes
                      if n.op == "placeholder"]
         compiled_bw = bw_compiler(partition.backward, bw_inputs)
@@ -198,6 +199,36 @@ def state_reader(gm: Callable) -> Callable[[], list[torch.Tensor]]:
         return [read(path) for path in paths]
 
     return state
+
+
+# --8<-- [start:saved-strides]
+# [Note: saved values in their real strides]
+# The backward graph is compiled before the forward ever runs, from the meta tensors of the
+# trace, so its kernels assume each saved value has the strides of its meta tensor. A
+# compiled forward may hand over a value in other strides: a library call decides its
+# result's layout from the layout of the arguments it really gets, and those are the
+# compiler's buffers, not the trace's meta tensors. cuDNN attention in bfloat16, called by
+# ``nn.MultiheadAttention``, returned its output laid out as (T, B, H, D) where the trace
+# said (B, H, T, D); the backward kernel that flattens it for the out-projection's weight
+# gradient read it in the wrong order, and that one gradient came out wrong while every
+# other was right. A forward compiler that knows its outputs' strides says so
+# (``output_strides``, one entry per output, None where it cannot tell), and each saved
+# value's placeholder in the backward takes those strides before the backward is compiled.
+def saved_in_real_strides(partition: Partition, strides: list | None) -> None:
+    """Re-stride the backward's placeholders of saved values to the strides the compiled
+    forward reports for them."""
+    if not strides:
+        return
+    placeholders = [n for n in partition.backward.graph.nodes if n.op == "placeholder"]
+    first = len(strides) - len(partition.saved)  # the saved values end the forward's outputs
+    for node, stride in zip(placeholders, strides[first:]):
+        val = node.meta.get("val")
+        if (stride is None or not isinstance(val, torch.Tensor) or has_symbolic_sizes(val)
+                or len(stride) != val.ndim or tuple(val.stride()) == stride):
+            continue
+        node.meta["val"] = torch.empty_strided(val.shape, stride, dtype=val.dtype,
+                                               device=val.device)
+# --8<-- [end:saved-strides]
 
 
 def example_value(node: fx.Node) -> torch.Tensor | int:

@@ -27,7 +27,8 @@ FORWARD_OPINFOS = (
     'nn.functional.elu nn.functional.embedding nn.functional.fractional_max_pool3d '
     'nn.functional.gaussian_nll_loss nn.functional.gelu nn.functional.hardsigmoid '
     'nn.functional.hardswish nn.functional.hardtanh nn.functional.huber_loss '
-    'nn.functional.instance_norm nn.functional.leaky_relu nn.functional.mish '
+    'nn.functional.instance_norm nn.functional.leaky_relu nn.functional.logsigmoid '
+    'nn.functional.mish '
     'nn.functional.mse_loss nn.functional.relu nn.functional.silu nn.functional.smooth_l1_loss '
     'nn.functional.softplus nn.functional.threshold norm ones ones_like permute pow prod '
     'rad2deg rand_like randn randn_like reciprocal remainder repeat round rsqrt rsub '
@@ -44,6 +45,7 @@ BACKWARD_OPINFOS = (
     'nn.functional.gelu nn.functional.group_norm nn.functional.hardsigmoid '
     'nn.functional.hardswish nn.functional.huber_loss nn.functional.interpolate.area '
     'nn.functional.leaky_relu nn.functional.linear_cross_entropy.chunked_none '
+    'nn.functional.logsigmoid '
     'nn.functional.max_pool2d nn.functional.mish nn.functional.mse_loss nn.functional.nll_loss '
     'nn.functional.relu nn.functional.relu6 nn.functional.silu nn.functional.smooth_l1_loss '
     'nn.functional.softplus pow prod renorm scatter sigmoid sinh softmax.with_dtype tanh trapz '
@@ -54,6 +56,7 @@ BACKWARD_OPINFOS = (
 FORWARD = {
     '_adaptive_avg_pool2d.default': 'nn.functional.adaptive_avg_pool2d',
     '_log_softmax.default': 'log_softmax',
+    'log_sigmoid_forward.default': 'nn.functional.logsigmoid',
     '_native_batch_norm_legit.default': '_native_batch_norm_legit',
     '_softmax.default': 'softmax',
     '_softmax_backward_data.default': '_softmax_backward_data',
@@ -290,6 +293,7 @@ BACKWARD = {
     'native_group_norm_backward.default': 'nn.functional.group_norm',
     'native_layer_norm_backward.default': 'native_layer_norm',
     'nll_loss2d_backward.default': 'nn.functional.linear_cross_entropy.chunked_none',
+    'log_sigmoid_backward.default': 'nn.functional.logsigmoid',
     'nll_loss_backward.default': 'nn.functional.nll_loss',
     'pow.Scalar': 'ldexp',
     'scatter.value': 'scatter',

@@ -56,6 +56,7 @@ class CompiledGraph:
     def __init__(self, call: Callable[..., tuple], artifacts: dict[str, str],
                  kernel_count: int) -> None:
         self.call, self.artifacts, self.kernel_count = call, artifacts, kernel_count
+        self.output_strides: list[tuple[int, ...] | None] = []  # per output, when static
         self.prims_graph_module: torch.fx.GraphModule | None = None
         # prims-graph node name -> number of the kernel that computes it (for pictures)
         self.kernel_groups: dict[str, int] = {}
@@ -185,7 +186,23 @@ def compile_fx_inner(prims_gm: torch.fx.GraphModule, example_inputs: list[Any], 
     result.autotuners = autotuners
     result.prims_graph_module = prims_gm
     result.kernel_groups = kernel_groups(graph, scheduler)
+    result.output_strides = output_strides(graph.graph_outputs)
     return result
+
+
+def output_strides(outputs: list[Any]) -> list[tuple[int, ...] | None]:
+    """The strides each output of the compiled graph will have, where they are numbers
+    (None for a non-tensor output or symbolic strides): what the backward graph's kernels
+    must assume of a saved value ([Note: saved values in their real strides] in
+    aotautograd)."""
+    strides = []
+    for out in outputs:
+        layout = getattr(out, "layout", None) if isinstance(out, Buffer) else None
+        try:
+            strides.append(tuple(int(s) for s in layout.stride) if layout else None)
+        except TypeError:  # a symbolic stride
+            strides.append(None)
+    return strides
 
 
 def precompile_jobs(kernels: Any, namespace: dict[str, Any], graph: GraphLowering,

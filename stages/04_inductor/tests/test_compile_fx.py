@@ -144,10 +144,10 @@ def test_embedding_bag_trains_like_eager(target, mode):
     ids, offsets = torch.randint(40, (15,), device=device), torch.tensor([0, 3, 3, 10],
                                                                            device=device)
     want, got = eager(ids, offsets), compiled(ids, offsets)
-    assert_close(got, want)
+    torch.testing.assert_close(got, want)
     want.square().sum().backward()
     got.square().sum().backward()
-    assert_close(model.weight.grad, eager.weight.grad)
+    torch.testing.assert_close(model.weight.grad, eager.weight.grad)
 
 
 @pytest.mark.parametrize("target", ["cpp", "triton"])
@@ -168,8 +168,42 @@ def test_complex_rotary_embedding_trains_like_eager(target):
     x2 = x.detach().clone().requires_grad_()
     compiled = driver.compile(rotate, options={"target": target})
     want, got = rotate(x), compiled(x2)
-    assert_close(got, want)
+    torch.testing.assert_close(got, want)
     want.sum().backward()
     got.sum().backward()
-    assert_close(x2.grad, x.grad)
+    torch.testing.assert_close(x2.grad, x.grad)
     assert compiled.graphs and compiled.graphs[0].artifacts  # compiled, not eager
+
+
+@torch.library.custom_op("minipt2_test::layout_keeping_copy", mutates_args=(),
+                         tags=(torch.Tag.nondeterministic_seeded,))  # (never recomputed)
+def layout_keeping_copy(x: torch.Tensor) -> torch.Tensor:
+    """A copy in ``x``'s own strides, as cuDNN attention's output follows its inputs'."""
+    return x.clone()
+
+
+@layout_keeping_copy.register_fake
+def _(x):
+    return torch.empty_like(x)
+
+
+@pytest.mark.parametrize("target", ["cpp", "triton"])
+def test_a_saved_library_result_is_read_in_its_real_strides(target):
+    """[Note: saved values in their real strides] (aotautograd): the library call gets the
+    transposed input's buffer, so its result is transposed, where the trace's meta tensors
+    said row-major; the backward's kernel reading that saved result for ``w``'s gradient
+    must read it in the strides the forward really returns."""
+    import driver
+
+    device = device_for(target)
+
+    def fn(x, w):
+        y = layout_keeping_copy(x.t())  # (5, 3), strides (1, 5) for real
+        return (y * w).sin().sum()
+
+    x = torch.randn(3, 5, device=device)
+    w = torch.randn(5, 3, device=device, requires_grad=True)
+    w2 = w.detach().clone().requires_grad_()
+    fn(x, w).backward()
+    driver.compile(fn, options={"target": target})(x, w2).backward()
+    torch.testing.assert_close(w2.grad, w.grad)

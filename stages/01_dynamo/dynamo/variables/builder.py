@@ -249,6 +249,9 @@ def wrap_static(value: Any, strict: bool = True) -> VariableTracker | None:
         if _is_torch(value) or value.__module__ == "builtins":
             return TypeVariable(value)
         return UserDefinedClassVariable(value)
+    if isinstance(getattr(value, "_opoverload", None), torch._ops.OpOverload):
+        # a ``torch.library.custom_op`` called by its Python name: the op it registered
+        return TorchFunctionVariable(value._opoverload)
     if callable(value) and _is_torch(value) and not isinstance(value, torch.nn.Module):
         if not isinstance(value, types.FunctionType) or _is_torch_function(value):
             return TorchFunctionVariable(value)

@@ -177,6 +177,34 @@ def softplus_backward(grad: torch.Tensor, a: torch.Tensor, beta: Number, thresho
     return pointwise(fn, grad, a)
 
 
+# [Note: log sigmoid's buffer]
+# ``aten.log_sigmoid_forward`` returns the result and a buffer its backward may read: on the
+# CPU a tensor the size of the input, on CUDA an empty one. As a library call that buffer
+# was the size the meta kernel says, the CPU's, and a model with ``nn.LogSigmoid`` (or
+# ``F.multilabel_soft_margin_loss``) crashed on the GPU when the wrapper checked it. The
+# decomposition computes ``min(x, 0) - log1p(exp(-|x|))``, which neither overflows nor
+# loses the small values, and a buffer like the device's kernel's (on CUDA empty; on the
+# CPU, and on "meta" as its kernel says, ``exp(-|x|)``), which the backward never reads,
+# so a graph that only hands it on drops it: d log sigmoid(x) = sigmoid(-x) = 1 / (1 +
+# exp(x)).
+@register_decomposition(aten.log_sigmoid_forward.default)
+def log_sigmoid_forward(a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def fn(x):
+        return prims.sub(prims.minimum(x, c(x, 0)),
+                         prims.log1p(prims.exp(prims.neg(prims.abs(x)))))
+    if a.device.type == "cuda":
+        buffer = a.new_empty((0,))
+    else:
+        buffer = pointwise(lambda x: prims.exp(prims.neg(prims.abs(x))), a)
+    return pointwise(fn, a), buffer
+
+
+@register_decomposition(aten.log_sigmoid_backward.default)
+def log_sigmoid_backward(grad: torch.Tensor, a: torch.Tensor,
+                         buffer: torch.Tensor) -> torch.Tensor:
+    return pointwise(lambda g, x: prims.div(g, prims.add(c(x, 1), prims.exp(x))), grad, a)
+
+
 @register_decomposition(aten.leaky_relu.default)
 def leaky_relu(a: torch.Tensor, negative_slope: Number = 0.01) -> torch.Tensor:
     return pointwise(lambda x: prims.where(prims.gt(x, c(x, 0)), x,
