@@ -307,9 +307,17 @@ class GraphLowering(torch.fx.Interpreter):
         lowering = lowerings.get(target)
         if lowering is not None:
             result = lowering(*args, **kwargs)
-            if result is not None:
+            if result is not None and not self.on_other_device(result):
                 return result
         return self.fallback(target, args, kwargs)
+
+    def on_other_device(self, value: Any) -> bool:
+        """A value computed on another device than the graph's kernels run on: a 0-dim CPU
+        tensor in a CUDA graph (``y[mask] = 0.0`` makes one, and its backward another). A
+        Triton kernel cannot write CPU memory: such a value is a library call."""
+        device = getattr(value, "device", None) if isinstance(value, (Pointwise, Reduction)) \
+            else None
+        return device is not None and device.type != self.device().type
 
     def fallback(self, target: Any, args: Any, kwargs: Any) -> Any:
         """Run ``target`` as a library call on realized inputs: correct for any op."""

@@ -207,3 +207,29 @@ def test_a_saved_library_result_is_read_in_its_real_strides(target):
     fn(x, w).backward()
     driver.compile(fn, options={"target": target})(x, w2).backward()
     torch.testing.assert_close(w2.grad, w.grad)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_a_cpu_scalar_in_a_cuda_graph_trains():
+    """``y[mask] = 0.0`` gives index_put a 0-dim CPU tensor, and its backward makes another
+    (zeros like it): a CUDA graph computes that one with a library call, not a Triton
+    kernel writing CPU memory."""
+    import driver
+
+    fc = torch.nn.Linear(8, 8).cuda()
+
+    def fn(x):
+        y = fc(x).clone()
+        y[y < 0] = 0.0
+        return y.sum() + y[:, ::2].mean()
+
+    x = torch.randn(4, 8, device="cuda")
+    want = fn(x)
+    want.backward()
+    grads = [p.grad.clone() for p in fc.parameters()]
+    fc.zero_grad()
+    got = driver.compile(fn)(x)
+    got.backward()
+    torch.testing.assert_close(got, want)
+    for p, g in zip(fc.parameters(), grads):
+        torch.testing.assert_close(p.grad, g)
