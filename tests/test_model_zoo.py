@@ -33,8 +33,10 @@ DEVICE = os.environ.get("MINIPT2_TEST_DEVICE", "cpu")
 pytestmark = pytest.mark.skipif(DEVICE == "cuda" and not torch.cuda.is_available(),
                                 reason="MINIPT2_TEST_DEVICE=cuda but no CUDA device")
 
-RTOL, ATOL = 1e-4, 1e-5  # outputs and buffers
-GRAD_TOL = 1e-4  # gradients: absolute, times the model's largest gradient (see check_grads)
+# outputs and buffers; gradients: absolute, times the model's largest gradient (check_grads).
+# On CUDA, cuDNN picks convolution algorithms by layout (TF32 included), and a BatchNorm after
+# a convolution magnifies those differences: tolerances ten times wider.
+RTOL, ATOL, GRAD_TOL = (1e-3, 1e-4, 1e-3) if DEVICE == "cuda" else (1e-4, 1e-5, 1e-4)
 
 
 # --- the models (float32, tiny) -------------------------------------------------------------
