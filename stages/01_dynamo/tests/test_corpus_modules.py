@@ -174,6 +174,19 @@ class SuperCall(nn.Linear):
         return super().forward(x) * 2
 
 
+class StepCounter(nn.Module):
+    """``self.steps += 1`` on a buffer: an in-place add, then a store of the same tensor."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+        self.register_buffer("steps", torch.zeros((), dtype=torch.long))
+
+    def forward(self, x):
+        self.steps += 1
+        return self.fc(x) * self.steps
+
+
 MODULES = {
     "mlp": (lambda: MLP(), randn),
     "mlp_relu": (lambda: MLP(act="relu"), randn),
@@ -191,6 +204,7 @@ MODULES = {
     "counts": (lambda: Counts(), randn),
     "sequential": (lambda: nn.Sequential(nn.Linear(8, 8), nn.GELU(), nn.Linear(8, 8)), randn),
     "layer_norm": (lambda: nn.LayerNorm(8), randn),
+    "step_counter": (lambda: StepCounter(), randn),
     # padding_mode="reflect" pads first, then convolves with _pair(0): itertools.repeat
     "conv_reflect": (lambda: nn.Conv2d(3, 4, 3, padding=1, padding_mode="reflect"),
                      lambda b, n: torch.randn(b, 3, n, n)),

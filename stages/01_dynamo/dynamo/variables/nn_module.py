@@ -24,6 +24,7 @@ Chapter: book/docs/dynamo.md ("Modules").
 from __future__ import annotations
 
 import dataclasses
+import operator
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -83,6 +84,8 @@ class NNModuleVariable(VariableTracker):
     def store_attr(self, tx: InstructionTranslator, name: str, value: VariableTracker) -> None:
         module = self.value
         if any(name in module.__dict__[t] for t in ("_parameters", "_buffers", "_modules")):
+            if _stores_itself(value, self.var_getattr(tx, name)):
+                return  # ``self.steps += 1``: the in-place add changed the buffer already
             unimplemented(f"assigning to the parameter, buffer or submodule .{name}")
         tx.output.side_effects.store_attr(self, name, value)
 
@@ -193,3 +196,24 @@ def _listing(tx, module_vt: NNModuleVariable, name: str):
             unimplemented(f"{name}() of a module without a source")
         items.append(wrap(tx.output, value, f"{module_vt.source}{parts}"))
     return ListIteratorVariable(tuple(items))
+
+
+_IN_PLACE_OPERATORS = {operator.iadd, operator.isub, operator.imul, operator.itruediv,
+                       operator.ifloordiv, operator.imod, operator.ipow, operator.iand,
+                       operator.ior, operator.ixor, operator.ilshift, operator.irshift}
+
+
+def _stores_itself(value: VariableTracker, current: VariableTracker) -> bool:
+    """Whether ``module.buf = value`` stores back the tensor ``module.buf`` already is: the
+    result of an in-place operator on it (``self.steps += 1`` compiles to an in-place add,
+    then an attribute store of its result, which is the same tensor)."""
+    from .tensor import TensorVariable
+
+    if not (isinstance(value, TensorVariable) and isinstance(current, TensorVariable)):
+        return False
+    node, target = value.proxy.node, current.proxy.node
+    if node is target:
+        return True
+    in_place = node.target in _IN_PLACE_OPERATORS or (
+        node.op == "call_method" and str(node.target).endswith("_"))
+    return in_place and bool(node.args) and node.args[0] is target
