@@ -87,7 +87,9 @@ def _wrap(output: OutputGraph, value: Any, source: str, sym_numbers: bool) -> Va
         return _wrap_sequence(output, value, source, sym_numbers)
     if type(value) in (dict, collections.OrderedDict):  # (a module's hooks are OrderedDicts)
         return _wrap_dict(output, value, source, sym_numbers)
-    if type(value).__name__ == "LoopIterator" and type(value).__module__ == "dynamo.codegen":
+    from ..codegen import LoopIterator  # (codegen imports the trackers: not at the top)
+
+    if type(value) is LoopIterator:
         # the iterator a graph break hands on (a comprehension called at the break gets
         # one as its ``.0``): its items, not yet consumed, read like a list's
         items = _wrap_sequence(output, value.items, f"{source}.items", sym_numbers)
