@@ -53,7 +53,10 @@ class UserErrorInTrace(Exception):
     # the exception we abandon the capture and run the frame eagerly: the
     # genuine error then comes from the genuine code. If eager happens to
     # succeed (a meta kernel was stricter than the real one), the answer is
-    # still right, merely uncompiled.
+    # still right, merely uncompiled, and the error was ours: the frame runs
+    # eagerly from then on, with one FallbackWarning that names the error
+    # (eval_frame._eager_after_user_error), rather than being traced, and
+    # failing, again at every call.
     """
 
     def __init__(self, error: BaseException) -> None:
