@@ -33,7 +33,7 @@ from .exc import (
 )
 from .guards import RESERVED_NAMES, Guard, compile_guards
 from .output_graph import OutputGraph
-from .resume_execution import live_locals, original_location
+from .resume_execution import RESUME_ORIGINS, handler_at, live_locals, original_location
 from .side_effects import SideEffects
 from .symbolic_convert import BreakPoint, InstructionTranslator, Retrace
 from .variables.base import NullVariable, VariableTracker, children
@@ -110,11 +110,48 @@ class CacheEntry:
         bp = self.break_point
         stack = rebuild_stack(bp.stack, rt)
         local_values = {name: v.reconstruct(rt) for name, v in bp.live.items()}
-        target = run_instruction(bp.inst, stack, bp.kw_names, self.invoke)
+        if self.handler is None:
+            target = run_instruction(bp.inst, stack, bp.kw_names, self.invoke)
+        else:  # [Note: a break inside a try block]
+            before = list(stack)
+            try:
+                target = run_instruction(bp.inst, stack, bp.kw_names, self.invoke)
+            except BaseException as error:  # noqa: BLE001 - the frame's handler decides
+                return self.handle(frame, before, local_values, error)
         offset = self.resume_offset if target is None else target
         resume, live = self.continuation(frame, offset, stack, local_values)
         return resume(*resume_args(stack, local_values, live))
     # --8<-- [end:run-entry]
+
+    @functools.cached_property
+    def handler(self) -> tuple[int, int, bool] | None:
+        """The except/finally/with handler around the break instruction, in the original
+        code's offsets, or None."""
+        return handler_at(*original_location(self.code, self.break_point.inst.offset))
+
+    # --8<-- [start:break-in-try]
+    # [Note: a break inside a try block]
+    # A break can fall inside ``try:`` or ``with``: HuggingFace runs every model's forward
+    # inside ``try: ... finally: reset the output collector``. The resume function copies
+    # the original bytecode with its exception table, so from the next instruction on,
+    # Python's own handlers apply. Only the break instruction itself runs outside the
+    # user's code, here; if it raises, the frame continues where CPython would jump: at the
+    # handler, with the stack cut to the handler's depth, the offset of the raising
+    # instruction pushed when the table says so, and the exception on top. That
+    # continuation is a resume function too, at the handler's offset, run as plain Python
+    # (the error path needs no graph). The ``finally`` or ``except`` body then runs as in
+    # eager, and re-raises or carries on.
+    def handle(self, frame: Frame, stack: list[Any], local_values: dict[str, Any],
+               error: BaseException) -> Any:
+        code, offset = original_location(self.code, self.break_point.inst.offset)
+        target, depth, lasti = self.handler
+        stack = [*stack[:depth], *([0] if lasti else []), error]
+        fn, live = resume_plan(code, target, stack, local_values, live_locals,
+                               frame.f_globals, frame.cells)
+        if lasti:  # where RERAISE puts the frame back: the instruction that raised
+            stack[depth] = (RESUME_ORIGINS[fn.__code__][1] + offset) // 2
+        return fn(*resume_args(stack, local_values, live))
+    # --8<-- [end:break-in-try]
 
     def invoke(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
         """A call the graph could not hold: a Python callee is compiled on its own."""

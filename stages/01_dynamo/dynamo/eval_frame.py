@@ -39,6 +39,7 @@ import inspect
 import linecache
 import os
 import sys
+import sysconfig
 import types
 import warnings
 from collections.abc import Callable
@@ -289,14 +290,50 @@ def optimized(fn: types.FunctionType, backend: Callable[..., Any],
 
 
 def _is_library(func: types.FunctionType) -> bool:
-    """Code of the standard library, torch or an installed package: not the user's."""
+    """Code that is not the user's model: see [Note: what counts as a library]."""
     return _is_library_file(func.__code__.co_filename)
+
+
+# --8<-- [start:library]
+# [Note: what counts as a library]
+# A call that broke the graph is compiled on its own when it is the user's code, and run as
+# is when it is a library's: the standard library, torch (its functions are what graphs are
+# made of, not models), the packages a compiler itself is built from (triton, sympy, numpy)
+# and the test runners. Other installed packages are the user's models: torchvision's
+# ResNet or a transformers model sits in ``site-packages`` like torch does, but its
+# ``forward`` is exactly what the user asked to compile. Treating all of ``site-packages``
+# as a library (as this check once did) ran a whole HuggingFace model eagerly behind its
+# first graph break, with no warning and no graph. PyTorch's Dynamo draws the same line
+# with its lists of skipped files.
+SKIPPED_PACKAGES = ("torch", "triton", "sympy", "numpy", "mpmath", "_pytest", "pytest",
+                    "pluggy", "hypothesis", "typing_extensions", "dynamo", "aotautograd",
+                    "primtorch", "inductor", "driver")
+# --8<-- [end:library]
+
+
+def _package_roots() -> list[str]:
+    """The folders of the skipped packages that are loaded (one that is not loaded has no
+    code running yet; each file is asked about once, when its code is first called)."""
+    roots = []
+    for name in SKIPPED_PACKAGES:
+        file = getattr(sys.modules.get(name), "__file__", None)
+        if file and os.path.basename(file).startswith("__init__."):  # a package: its folder
+            roots.append(os.path.join(os.path.dirname(os.path.abspath(file)), ""))
+        elif file:  # a module of one file (typing_extensions.py): that file
+            roots.append(os.path.abspath(file))
+    return roots
 
 
 @functools.cache
 def _is_library_file(filename: str) -> bool:
-    prefixes = (sys.prefix, sys.base_prefix, os.path.dirname(torch.__file__))
-    return filename.startswith("<") or filename.startswith(prefixes)
+    if filename.startswith("<"):  # frozen modules, exec'd and generated code
+        return True
+    path = os.path.abspath(filename)
+    if path.startswith(tuple(_package_roots())):
+        return True
+    installed = any(f"{os.sep}{d}{os.sep}" in path for d in ("site-packages", "dist-packages"))
+    stdlib = tuple(os.path.join(sysconfig.get_paths()[k], "") for k in ("stdlib", "platstdlib"))
+    return not installed and path.startswith(stdlib)
 
 
 def invoke_optimized(fn: Any, backend: Callable[..., Any], args: tuple, kwargs: dict,

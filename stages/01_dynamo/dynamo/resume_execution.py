@@ -140,6 +140,16 @@ def handler_ranges(code: types.CodeType) -> list[tuple[int, int, int]]:
     return [(2 * s, 2 * (s + n), 2 * t) for s, n, t, _ in _varint_entries(code.co_exceptiontable)]
 
 
+def handler_at(code: types.CodeType, offset: int) -> tuple[int, int, bool] | None:
+    """The exception handler that catches what the instruction at ``offset`` raises, as
+    (handler offset, stack depth to unwind to, whether the offset of the raising instruction
+    is pushed too), or None. 3.11+ tables give each instruction its innermost handler."""
+    for start, length, target, depth_lasti in _varint_entries(code.co_exceptiontable):
+        if 2 * start <= offset < 2 * (start + length):
+            return 2 * target, depth_lasti >> 1, bool(depth_lasti & 1)
+    return None
+
+
 def _no_location(units: int) -> bytes:
     """Location-table entries that cover ``units`` code units with "no location"."""
     out = b""

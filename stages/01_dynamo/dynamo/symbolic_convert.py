@@ -38,7 +38,7 @@ import torch
 from .exc import Unsupported, UserErrorInTrace, unimplemented
 from .opcodes import ContainerOps
 from .output_graph import OutputGraph
-from .resume_execution import handler_ranges, live_locals, original_location
+from .resume_execution import handler_at, handler_ranges, live_locals, original_location
 from .variables.base import NullVariable, VariableTracker, transform
 from .variables.builder import wrap, wrap_static
 from .variables.builtin import BuiltinVariable
@@ -284,6 +284,24 @@ class InstructionTranslatorBase(ContainerOps):
         if hasattr(builtins, name):  # builtins are not guarded (rebinding them is rare)
             return wrap_static(getattr(builtins, name))
         raise UserErrorInTrace(NameError(f"name {name!r} is not defined"))
+
+    # [Note: imports inside a function]
+    # ``import torch`` or ``from .utils import helper`` in a function body runs the import
+    # at trace time, as the call would: the module comes out of ``sys.modules`` (importing
+    # it the first time if need be, which is what eager's first call does too) and is a
+    # static value, like a builtin, not guarded: rebinding a loaded module is rare.
+    def IMPORT_NAME(self, inst: dis.Instruction) -> None:
+        fromlist, level = self.pop(), self.pop()
+        try:
+            module = __import__(inst.argval, self.f_globals, None,
+                                fromlist.as_python_constant(), level.as_python_constant())
+        except ImportError as e:
+            raise UserErrorInTrace(e) from e
+        self.push(wrap_static(module, strict=True))
+
+    def IMPORT_FROM(self, inst: dis.Instruction) -> None:
+        module = self.stack[-1]  # stays for the next IMPORT_FROM; a POP_TOP drops it
+        self.push(module.var_getattr(self, inst.argval))
 
     def STORE_GLOBAL(self, inst: dis.Instruction) -> None:
         self.output.side_effects.store_global(self.f_globals, inst.argval, self.pop())
@@ -542,11 +560,13 @@ class InstructionTranslator(InstructionTranslatorBase):
             return "inside an autocast region"
         for start, end, handler in handler_ranges(self.code):
             if start <= inst.offset < end:
-                # Any handler would need its block rebuilt in the resume function. A try or
-                # with block's handler starts with PUSH_EXC_INFO; on 3.12 the other kind is
-                # an inlined comprehension's, which restores the loop variable (PEP 709).
+                # A try or with block's handler starts with PUSH_EXC_INFO: the resume
+                # function keeps the exception table, and an exception from the break
+                # instruction itself is handed to the handler ([Note: a break inside a
+                # try block]). On 3.12 the other kind is an inlined comprehension's, which
+                # restores the loop variable (PEP 709).
                 if self.instructions[self.offset_to_index[handler]].opname == "PUSH_EXC_INFO":
-                    return "inside a try or with block"
+                    continue
                 return "inside a list/dict/set comprehension (inlined on Python 3.12+)"
         if torch.is_grad_enabled() != self.initial_grad_mode:
             return "while grad mode is switched"
@@ -557,10 +577,13 @@ class InstructionTranslator(InstructionTranslatorBase):
         successors = [self.instructions[index + 1].offset]
         if "JUMP" in inst.opname:
             successors.append(inst.argval)
-        orig_code, _ = original_location(self.code, inst.offset)
+        orig_code, orig_offset = original_location(self.code, inst.offset)
         live: set[str] = set()
         for offset in successors:
             live |= live_locals(orig_code, original_location(self.code, offset)[1])
+        handler = handler_at(orig_code, orig_offset)
+        if handler is not None:  # what the except/finally block reads, should the call raise
+            live |= live_locals(orig_code, handler[0])
         live -= set(self.code.co_freevars)
         kept = {name: v for name, v in self.symbolic_locals.items() if name in live}
         self.break_point = BreakPoint(inst, reason, self.location(), list(self.stack), kept,

@@ -45,7 +45,7 @@ from .misc import PythonModuleVariable, TypeVariable
 from .nn_module import NNModuleVariable
 from .sym_node import SymNodeVariable
 from .tensor import TensorVariable
-from .torch import TorchFunctionVariable
+from .torch import COMPILING_QUESTIONS, TorchFunctionVariable
 from .user_defined import UserDefinedClassVariable, UserObjectVariable
 
 if TYPE_CHECKING:
@@ -112,7 +112,14 @@ def _wrap(output: OutputGraph, value: Any, source: str, sym_numbers: bool) -> Va
         return FunctoolsPartialVariable(fn, args, kw, source=source)
     static = wrap_static(value, strict=False)
     if static is not None:
-        output.add_guards([make_identity_guard(source, value)])
+        receiver = getattr(value, "__self__", None)
+        if isinstance(value, types.BuiltinMethodType) and receiver is not None and \
+                not isinstance(receiver, types.ModuleType):
+            # ``G['cv'].set``: a C method bound to an object is a new object at every
+            # lookup, so its id proves nothing; the object it is bound to is what stays
+            output.add_guards([make_identity_guard(f"{source}.__self__", receiver)])
+        else:
+            output.add_guards([make_identity_guard(source, value)])
         return static.clone(source=source)
     output.add_guards([make_type_guard(source, value)])
     return UserObjectVariable(value, source=source)
@@ -242,7 +249,8 @@ def wrap_static(value: Any, strict: bool = True) -> VariableTracker | None:
     if is_literal(value):
         return ConstantVariable(value)
     if any(value is f for f in (torch.no_grad, torch.enable_grad, torch.set_grad_enabled)) \
-            or (isinstance(value, type) and issubclass(value, torch.amp.autocast)):
+            or (isinstance(value, type) and issubclass(value, torch.amp.autocast)) \
+            or any(value is f for f in COMPILING_QUESTIONS):  # [Note: is_compiling]
         return TorchFunctionVariable(value)
     if value is functools.partial or has_special_case(value) or is_pure(value) or (
             isinstance(value, types.BuiltinFunctionType) and _is_builtin(value)):

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import inspect
 import math
 import operator
 from typing import TYPE_CHECKING, Any
@@ -23,7 +24,7 @@ import torch
 
 from ..exc import UserErrorInTrace, unimplemented
 from .base import VariableTracker
-from .constant import ConstantVariable, SymNumberVariable, fold, sym_operator
+from .constant import ConstantVariable, SymNumberVariable, fold, is_literal, sym_operator
 from .dicts import ConstDictVariable, SetVariable, as_dict_items
 from .functions import FunctoolsPartialVariable
 from .iter import ITERATOR_BUILTINS, get_iter
@@ -322,6 +323,72 @@ def _hasattr(tx, obj, name):
     return ConstantVariable(True)
 
 
+def _callable(tx, obj):
+    """``callable(fn)`` on a function, method or module the trace knows: True."""
+    from .functions import UserFunctionVariable, UserMethodVariable
+    from .nn_module import NNModuleVariable
+
+    if isinstance(obj, (UserFunctionVariable, UserMethodVariable, NNModuleVariable,
+                        BuiltinVariable)):
+        return ConstantVariable(True)
+    if isinstance(obj, (TensorVariable, BaseListVariable)):
+        return ConstantVariable(False)
+    return None
+
+
+def _signature(tx, fn, *rest, **kwargs):
+    """``inspect.signature(fn)`` of a function the trace knows: what the signature says
+    depends on the code only, so it is worked out now (HuggingFace counts a callback's
+    parameters before calling it)."""
+    import inspect
+
+    from .functions import UserFunctionVariable, UserMethodVariable
+
+    if rest or kwargs:
+        return None
+    if isinstance(fn, UserFunctionVariable):
+        return KnownObjectVariable(inspect.signature(fn.value))
+    if isinstance(fn, UserMethodVariable):
+        sig = inspect.signature(fn.fn)
+        return KnownObjectVariable(sig.replace(parameters=list(sig.parameters.values())[1:]))
+    return None
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class KnownObjectVariable(ConstantVariable):
+    """An immutable object worked out at trace time that is not a literal (a signature):
+    its attributes and methods fold like a constant's."""
+
+    def var_getattr(self, tx, name):
+        if callable(getattr(self.value, name, None)):
+            return super().var_getattr(tx, name)
+        try:
+            return _known(getattr(self.value, name))
+        except AttributeError as e:
+            raise UserErrorInTrace(e) from e
+
+    def call_method(self, tx, name, args, kwargs):
+        if not all(a.is_python_constant() for a in [*args, *kwargs.values()]):
+            unimplemented(f"method .{name}() of a {type(self.value).__name__} with traced args")
+        values = [a.as_python_constant() for a in args]
+        named = {k: v.as_python_constant() for k, v in kwargs.items()}
+        try:
+            return _known(getattr(self.value, name)(*values, **named))
+        except Exception as e:
+            raise UserErrorInTrace(e) from e
+
+    def unpack(self, tx):
+        return [_known(v) for v in self.value]
+
+
+def _known(value):
+    from .builder import wrap_static
+
+    if is_literal(value):
+        return ConstantVariable(value)
+    return wrap_static(value, strict=False) or KnownObjectVariable(value)
+
+
 def _setattr(tx, obj, name, value):
     tx.store_attr(obj, _attr_name(name), value)
     return ConstantVariable(None)
@@ -412,6 +479,8 @@ _SPECIAL_CASES = {
     type: _type,
     getattr: _getattr,
     hasattr: _hasattr,
+    callable: _callable,
+    inspect.signature: _signature,
     setattr: _setattr,
     min: _min_max(min),
     max: _min_max(max),

@@ -121,8 +121,48 @@ class SuperVariable(VariableTracker):
                     return UserMethodVariable(attr, self.obj)
                 if attr is object.__init__:
                     return NoOpVariable()
+                if klass.__module__ == "builtins" and name in _READING_METHODS and \
+                        self.obj.source is not None:
+                    return ReadingMethodVariable(klass, name, self.obj)
                 break
         unimplemented(f"super().{name}")
+
+
+# [Note: a builtin base's reading methods]
+# A subclass of dict that overrides ``get`` and calls ``super().get(key)`` (HuggingFace
+# keeps a registry that way) reaches ``dict.get``, a C method we cannot trace into. When
+# the object exists outside the frame and the method only reads (``get``, ``[key]``,
+# ``in``, ``len``) with constant arguments, we call it for real at trace time and treat the
+# answer as read from the source ``dict.get(obj, key)``: a guard re-reads it at every call
+# (a constant by value, a dict by its keys), so a registry changed later recompiles.
+_READING_METHODS = frozenset({"get", "__getitem__", "__contains__", "__len__"})
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class ReadingMethodVariable(VariableTracker):
+    """``super().get`` and friends on an object of a builtin base class: see [Note: a
+    builtin base's reading methods]."""
+
+    cls: type
+    name: str
+    obj: VariableTracker
+
+    def call_function(self, tx, args, kwargs):
+        from .builder import wrap
+
+        if kwargs or not all(a.is_python_constant() for a in args):
+            unimplemented(f"super().{self.name}() with arguments that are not constants")
+        values = [a.as_python_constant() for a in args]
+        real = getattr(self.obj, "value", None)
+        if not isinstance(real, self.cls):
+            unimplemented(f"super().{self.name}() on {self.obj}")
+        try:
+            result = getattr(self.cls, self.name)(real, *values)
+        except (KeyError, TypeError) as e:
+            raise UserErrorInTrace(e) from e
+        source = f"{self.cls.__name__}.{self.name}({self.obj.source}, " \
+                 f"{', '.join(map(repr, values))})"
+        return wrap(tx.output, result, source)
 
     def call_method(self, tx, name, args, kwargs):
         return self.var_getattr(tx, name).call_function(tx, args, kwargs)

@@ -34,6 +34,20 @@ _GLOBAL_STATE_FUNCTIONS = frozenset({
 _GRAD_MODE_CLASSES = {torch.no_grad: False, torch.enable_grad: True}
 
 
+# [Note: is_compiling]
+# Libraries ask ``torch.compiler.is_compiling()`` to take a path a compiler can trace:
+# HuggingFace's models skip data-dependent checks (``if mask.all(): ...``) and hooks that
+# record outputs through a ContextVar when it says True. A frame we trace is being
+# compiled, so inside the trace the answer is True (a constant, not a graph node), as under
+# PyTorch's Dynamo; run eagerly, the same call says False. ``is_exporting`` stays False.
+COMPILING_QUESTIONS = {
+    getattr(torch.compiler, name): answer
+    for name, answer in (("is_compiling", True), ("is_dynamo_compiling", True),
+                         ("is_exporting", False))
+    if hasattr(torch.compiler, name)
+}
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class TorchFunctionVariable(VariableTracker):
     value: Any
@@ -57,6 +71,8 @@ class TorchFunctionVariable(VariableTracker):
             return GradModeVariable(mode, entered=True, previous=previous)
         if fn is torch.is_grad_enabled and not args:
             return ConstantVariable(torch.is_grad_enabled())
+        if fn in COMPILING_QUESTIONS:  # [Note: is_compiling]
+            return ConstantVariable(COMPILING_QUESTIONS[fn])
         if fn in _GLOBAL_STATE_FUNCTIONS:
             unimplemented(f"torch.{fn.__name__}() changes global state")
         if isinstance(fn, type) and issubclass(fn, torch.amp.autocast):

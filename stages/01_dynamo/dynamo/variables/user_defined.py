@@ -17,6 +17,8 @@ import inspect
 import types
 from typing import TYPE_CHECKING, Any
 
+import torch
+
 from ..exc import UserErrorInTrace, unimplemented
 from .base import MutableLocal, VariableTracker
 from .constant import ConstantVariable
@@ -32,6 +34,8 @@ def class_attribute(tx: InstructionTranslator, obj_vt: VariableTracker, cls: typ
     from .builder import wrap_static
     from .functions import UserFunctionVariable, UserMethodVariable, inline_call
 
+    if name == "__class__" and not isinstance(obj_vt, UserDefinedClassVariable):  # guarded type
+        return wrap_static(cls, strict=False) or UserDefinedClassVariable(cls)
     try:
         attr = inspect.getattr_static(cls, name)
     except AttributeError:
@@ -48,7 +52,12 @@ def class_attribute(tx: InstructionTranslator, obj_vt: VariableTracker, cls: typ
                            {code.co_varnames[0]: obj_vt}, {}, None)
     if hasattr(attr, "__get__") and not isinstance(attr, (int, float, str, tuple)):
         unimplemented(f"the descriptor {cls.__qualname__}.{name} ({type(attr).__name__})")
-    return wrap_static(attr, strict=True)
+    static = wrap_static(attr, strict=obj_vt.source is None or name.startswith("__"))
+    if static is None:  # a class-level dict or object: read through the instance, guarded
+        from .builder import wrap
+
+        return wrap(tx.output, attr, f"{obj_vt.source}.{name}")
+    return static
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -141,7 +150,7 @@ class UserObjectVariable(VariableTracker):
             return pending
         cls = type(self.value)
         if inspect.getattr_static(cls, "__getattribute__") is not object.__getattribute__:
-            unimplemented(f"{cls.__qualname__} customises attribute access")
+            return self._custom_getattr(tx, name)
         instance_dict = getattr(self.value, "__dict__", {})
         if name in instance_dict:
             return wrap_attribute(tx, self, self.value, name)
@@ -149,11 +158,52 @@ class UserObjectVariable(VariableTracker):
         if found is not None:
             return found
         if hasattr(cls, "__getattr__"):
-            unimplemented(f"{cls.__qualname__}.__getattr__ for .{name}")
+            return self._custom_getattr(tx, name)
         raise UserErrorInTrace(AttributeError(f"{cls.__name__!r} object has no attribute {name!r}"))
+
+    # [Note: custom attribute access]
+    # A class may customise attribute lookup: ``__getattribute__`` (HuggingFace's configs map
+    # ``config.hidden_size`` to ``n_embd`` that way) or ``__getattr__`` for names not found
+    # the usual way. The object exists outside the frame, so we ask it, as the guard will:
+    # the real ``getattr`` at trace time, its result wrapped under the source
+    # ``obj.name``, which guards it (a constant by value, an object by identity, a tensor by
+    # its metadata) through the same customised lookup at every call. A method the lookup
+    # hands back unchanged (a function of the class bound to this object) is still traced
+    # as the class's method. A lookup with side effects would run once per guard check
+    # instead of once per call; configs and namespaces do not have any.
+    def _custom_getattr(self, tx: InstructionTranslator, name: str) -> VariableTracker:
+        from .builder import wrap_attribute
+
+        cls = type(self.value)
+        try:
+            value = getattr(self.value, name)
+        except AttributeError as e:
+            raise UserErrorInTrace(e) from e
+        if isinstance(value, types.MethodType) and value.__self__ is self.value:
+            found = class_attribute(tx, self, cls, name)
+            if found is not None:
+                return found
+        if self.source is None and not isinstance(value, torch.Tensor):
+            from .builder import wrap_static
+
+            static = wrap_static(value, strict=False)
+            if static is not None:
+                return static
+            unimplemented(f"{cls.__qualname__} customises attribute access (.{name})")
+        return wrap_attribute(tx, self, self.value, name)
 
     def store_attr(self, tx: InstructionTranslator, name: str, value: VariableTracker) -> None:
         tx.output.side_effects.store_attr(self, name, value)
+
+    def call_method(self, tx, name, args, kwargs):
+        """``obj[key]``, ``len(obj)``, ``key in obj``...: the class's own Python method,
+        inlined (a mapping class written in Python, like HuggingFace's interfaces)."""
+        from .functions import UserMethodVariable
+
+        method = inspect.getattr_static(type(self.value), name, None)
+        if isinstance(method, types.FunctionType):
+            return UserMethodVariable(method, self).call_function(tx, args, kwargs)
+        return super().call_method(tx, name, args, kwargs)
 
     def call_function(self, tx, args, kwargs):
         call = inspect.getattr_static(type(self.value), "__call__", None)

@@ -109,8 +109,10 @@ def sdpa_flash_cpu(q, k, v, dropout_p: float = 0.0, is_causal: bool = False, *,
                    attn_mask=None, scale=None):
     """softmax(q k^T * scale + mask) v, returning also the float32 log-sum-exp of each row
     of scores (the backward recomputes the probabilities from it). Two extern ``bmm`` calls
-    and prims between them. With dropout the op stays whole (an extern kernel)."""
-    if dropout_p > 0:
+    and prims between them. With dropout the op stays whole (an extern kernel), and so
+    does grouped-query attention (``enable_gqa``: fewer key/value heads than query heads,
+    which the CPU kernel takes as they are)."""
+    if dropout_p > 0 or list(k.shape[:-2]) != list(q.shape[:-2]):
         return NotImplemented
     s = _scores(q, k, is_causal, attn_mask, scale)  # (B, H, L, S)
     last = [s.dim() - 1]
@@ -130,7 +132,7 @@ def sdpa_flash_cpu_backward(grad_out, q, k, v, out, logsumexp, dropout_p: float,
                             is_causal: bool, *, attn_mask=None, scale=None):
     """With P = exp(S - lse): dV = P^T dO, dP = dO V^T, dS = P (dP - rowsum(dO O)),
     dQ = dS K * scale, dK = dS^T Q * scale."""
-    if dropout_p > 0:
+    if dropout_p > 0 or list(k.shape[:-2]) != list(q.shape[:-2]):  # as the forward
         return NotImplemented
     scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
     s = _scores(q, k, is_causal, attn_mask, scale)

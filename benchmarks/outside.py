@@ -1,0 +1,238 @@
+"""Models outside the suite, from the libraries people compile: torchvision, transformers.
+
+The suite (``models.py``) is what we tuned for; these are models nobody tuned for. Each is
+built from its library's own code with random weights (no downloads), and measured like a
+suite row: eager, minipt2 and torch.compile side by side, warm ``do_bench`` medians in
+rounds, first-call seconds, the first step's relative error against eager, and how many
+frames minipt2 ran eagerly (a ``FallbackWarning``) or split (graph count).
+
+    python benchmarks/outside.py                      # every model whose library is present
+    python benchmarks/outside.py --models resnet50,bert --kinds train --dtype float32
+
+Each model runs in a process of its own (``--one NAME``), under a time limit, so that one
+model's crash or hang is a row, not the end of the run. Needs a CUDA device; on the CPU it
+runs the small sizes (``--size cpu``), for trying the script out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+import warnings
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+
+# ---------------------------------------------------------------------------- the models
+# name -> (library, build(size) -> (module, example inputs, loss of the module's output))
+
+def _tv(name: str, batch: int, res: int):
+    def build(size: str):
+        import torchvision
+
+        b, r = (batch, res) if size == "full" else (2, 64)
+        model = getattr(torchvision.models, name)(weights=None)
+        x = torch.randn(b, 3, r, r)
+        y = torch.randint(1000, (b,))
+        return model, (x,), lambda out: torch.nn.functional.cross_entropy(out.float(), y)
+    return "torchvision", build
+
+
+def _hf(config_name: str, model_name: str, full: dict, batch: int, seq: int, labels=True,
+        seq2seq=False):
+    def build(size: str):
+        import transformers
+
+        kwargs = dict(full)
+        b, s = batch, seq
+        if size != "full":
+            kwargs.update(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                          intermediate_size=128, vocab_size=256)
+            kwargs = {k: v for k, v in kwargs.items() if k in full or k in (
+                "hidden_size", "num_hidden_layers", "num_attention_heads",
+                "intermediate_size", "vocab_size")}
+            b, s = 2, 16
+        config = getattr(transformers, config_name)(**kwargs)
+        for key in ("hidden_dropout_prob", "attention_probs_dropout_prob", "resid_pdrop",
+                    "embd_pdrop", "attn_pdrop", "dropout_rate", "attention_dropout",
+                    "dropout"):
+            if hasattr(config, key):
+                setattr(config, key, 0.0)
+        model = getattr(transformers, model_name)(config)
+        ids = torch.randint(config.vocab_size, (b, s))
+        if seq2seq:
+            args = (ids, None, ids)  # input_ids, attention_mask, decoder_input_ids
+        else:
+            args = (ids,)
+        return model, args, _hf_loss
+    return "transformers", build
+
+
+def _hf_loss(out):
+    logits = out.logits if hasattr(out, "logits") else out[0]
+    return logits.float().square().mean()
+
+
+MODELS = {
+    "resnet50": _tv("resnet50", 64, 224),
+    "mobilenet_v3_large": _tv("mobilenet_v3_large", 64, 224),
+    "vit_b_16": _tv("vit_b_16", 32, 224),
+    "convnext_tiny": _tv("convnext_tiny", 32, 224),
+    "bert": _hf("BertConfig", "BertForMaskedLM", {}, 8, 512),
+    "gpt2": _hf("GPT2Config", "GPT2LMHeadModel", {}, 8, 512),
+    "llama": _hf("LlamaConfig", "LlamaForCausalLM",
+                 dict(hidden_size=1024, num_hidden_layers=8, num_attention_heads=16,
+                      num_key_value_heads=4, intermediate_size=2816, vocab_size=32000), 8, 512),
+    "t5": _hf("T5Config", "T5ForConditionalGeneration",
+              dict(d_model=512, num_layers=6, num_heads=8, d_ff=2048, vocab_size=32128),
+              8, 256, seq2seq=True),
+}
+
+
+# ---------------------------------------------------------------------------- one model
+
+def measure(name: str, kind: str, dtype: torch.dtype, device: str, size: str,
+            peer: bool) -> dict:
+    from common import first_call, rel_error, time_rounds
+    from dynamo.exc import FallbackWarning
+
+    import driver
+
+    _, build = MODELS[name]
+    torch.manual_seed(0)
+    module, args, loss_of = build(size)
+    module = module.to(device=device, dtype=dtype)
+    args = tuple(a.to(device) if isinstance(a, torch.Tensor) else a for a in args)
+    state = {k: v.clone() for k, v in module.state_dict().items()}
+
+    def fresh():
+        import copy
+
+        m = copy.deepcopy(module)
+        m.load_state_dict(state)
+        return m.train() if kind == "train" else m.eval()
+
+    def step_of(model, params):
+        if kind == "train":
+            opt = torch.optim.SGD(params, lr=1e-5)
+
+            def train_step():
+                opt.zero_grad(set_to_none=True)
+                loss = loss_of(model(*args))
+                loss.backward()
+                opt.step()
+                return loss.detach()
+            return train_step
+
+        def infer_step():
+            with torch.no_grad():
+                out = model(*args)
+            return out.logits if hasattr(out, "logits") else out
+        return infer_step
+
+    row = {"model": name, "kind": kind, "dtype": str(dtype).replace("torch.", "")}
+    eager_model = fresh()
+    fns = {"eager": step_of(eager_model, eager_model.parameters())}
+    want = fns["eager"]()
+    ours_model = fresh()
+    driver.reset()
+    compiled = driver.compile(ours_model)
+    fns["minipt2"] = step_of(compiled, ours_model.parameters())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", FallbackWarning)
+        out, row["minipt2_compile_s"] = first_call(fns["minipt2"], ())
+        fns["minipt2"]()
+    fallbacks = [str(w.message).splitlines()[0] for w in caught
+                 if issubclass(w.category, FallbackWarning)]
+    row["minipt2_fallbacks"] = fallbacks
+    row["minipt2_error"] = rel_error(out, want)
+    row["minipt2_graphs"] = len(compiled.graphs)
+    if peer:
+        torch.compiler.reset()
+        peer_model = fresh()
+        fns["torch_compile"] = step_of(torch.compile(peer_model), peer_model.parameters())
+        try:
+            out, row["torch_compile_s"] = first_call(fns["torch_compile"], ())
+            row["torch_compile_error"] = rel_error(out, want)
+        except Exception as e:  # noqa: BLE001 - the peer's failure is a result
+            row["torch_compile_failed"] = f"{type(e).__name__}: {str(e).splitlines()[0]}"
+            del fns["torch_compile"]
+    row.update({f"{who}_ms": ms for who, ms in time_rounds(fns, device).items()})
+    for who in ("minipt2", "torch_compile"):
+        if f"{who}_ms" in row:
+            row[f"{who}_speedup"] = row["eager_ms"] / row[f"{who}_ms"]
+    return row
+
+
+# ---------------------------------------------------------------------------- the run
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--models", default="all")
+    p.add_argument("--kinds", default="train,infer")
+    p.add_argument("--dtype", default="bfloat16")
+    p.add_argument("--size", default=None, help="full (GPU) or cpu; default by device")
+    p.add_argument("--no-torch-compile", action="store_true")
+    p.add_argument("--timeout", type=int, default=240, help="seconds per model and kind")
+    p.add_argument("--out", default=None, help="write the rows as JSON here")
+    p.add_argument("--one", default=None, help=argparse.SUPPRESS)  # NAME:KIND, in a child
+    a = p.parse_args(argv)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    size = a.size or ("full" if device == "cuda" else "cpu")
+    dtype = getattr(torch, a.dtype)
+    if a.one:
+        name, kind = a.one.split(":")
+        row = measure(name, kind, dtype, device, size, not a.no_torch_compile)
+        print("ROW " + json.dumps(row), flush=True)
+        return
+    names = list(MODELS) if a.models == "all" else a.models.split(",")
+    rows = []
+    for name in names:
+        library = MODELS[name][0]
+        try:
+            __import__(library)
+        except ImportError:
+            print(f"{name}: skipped ({library} is not installed)")
+            continue
+        for kind in a.kinds.split(","):
+            cmd = [sys.executable, __file__, "--one", f"{name}:{kind}", "--dtype", a.dtype,
+                   "--size", size] + (["--no-torch-compile"] if a.no_torch_compile else [])
+            start = time.perf_counter()
+            try:
+                done = subprocess.run(cmd, capture_output=True, text=True, timeout=a.timeout)
+                found = [line[4:] for line in done.stdout.splitlines()
+                         if line.startswith("ROW ")]
+                row = json.loads(found[0]) if found else {
+                    "model": name, "kind": kind,
+                    "failed": (done.stderr.strip().splitlines() or ["?"])[-1][:300]}
+            except subprocess.TimeoutExpired:
+                row = {"model": name, "kind": kind, "failed": f"timeout {a.timeout}s"}
+            row["wall_s"] = round(time.perf_counter() - start, 1)
+            rows.append(row)
+            print(line_of(row), flush=True)
+    if a.out:
+        with open(a.out, "w") as f:
+            json.dump(rows, f, indent=1)
+
+
+def line_of(r: dict) -> str:
+    if "failed" in r:
+        return f"{r['model']:20s} {r['kind']:5s} FAILED {r['failed']}"
+    tc = (f"{r['torch_compile_speedup']:.2f}x ({r['torch_compile_s']:.1f}s)"
+          if "torch_compile_speedup" in r else r.get("torch_compile_failed", "-"))
+    return (f"{r['model']:20s} {r['kind']:5s} eager {r['eager_ms']:8.2f} ms  minipt2 "
+            f"{r['minipt2_speedup']:.2f}x ({r['minipt2_compile_s']:.1f}s, "
+            f"{r['minipt2_graphs']} graphs, err {r['minipt2_error']:.1e}, "
+            f"{len(r['minipt2_fallbacks'])} fallbacks)  torch.compile {tc}  "
+            f"[{r['wall_s']}s]" + "".join(f"\n    {m}" for m in r["minipt2_fallbacks"]))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,190 @@
+"""Python that libraries write (HuggingFace's models are the example): breaks inside try
+blocks, configs with custom attribute access, imports in function bodies, the
+``is_compiling`` question, registries subclassing dict, C methods of objects, and installed
+packages that are the user's code, not a library's. Each is checked against eager."""
+
+import contextvars
+import os
+import sys
+import types
+
+import dynamo
+import pytest
+import torch
+from dynamo.eval_frame import _is_library_file
+
+LOG: list[str] = []
+
+
+def breaks(x, fail):
+    print("a break inside the callee", file=sys.stderr)
+    if fail:
+        raise ValueError("boom")
+    return x * 3
+
+
+class TryFinally(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+
+    def forward(self, x, fail=False):
+        LOG.append("enter")
+        try:
+            h = self.lin(x).relu()
+            h = breaks(h, fail)  # the callee breaks: the break lands inside the try
+            h = h + 1
+        finally:
+            LOG.append("finally")
+        return h * 2
+
+
+def test_break_inside_try_finally(backend, no_fallback):
+    m = TryFinally()
+    opt = dynamo.optimize(backend)(m.forward)
+    x = torch.randn(2, 4)
+    LOG.clear()
+    torch.testing.assert_close(opt(x), m(x))
+    assert LOG == ["enter", "finally"] * 2
+    assert len(backend.graphs) >= 2  # the work before and after the break is compiled
+    assert any("linear" in str(g.graph) for g in backend.graphs)
+
+
+def test_break_inside_try_runs_finally_when_the_break_raises(backend):
+    m = TryFinally()
+    opt = dynamo.optimize(backend)(m.forward)
+    x = torch.randn(2, 4)
+    opt(x)  # compiled without failing
+    LOG.clear()
+    with pytest.raises(ValueError, match="boom"):
+        opt(x, True)
+    assert LOG == ["enter", "finally"]  # the finally block ran, as in eager
+
+
+def try_except(x, fail):
+    y = x.sin()
+    try:
+        y = breaks(y, fail)
+    except ValueError:
+        y = y - 100
+    return y.cos()
+
+
+@pytest.mark.parametrize("fail", [False, True])
+def test_break_inside_try_except(backend, fail):
+    opt = dynamo.optimize(backend)(try_except)
+    x = torch.randn(5)
+    for _ in range(2):
+        torch.testing.assert_close(opt(x, fail), try_except(x, fail))
+
+
+class Config:
+    """A config whose names are aliases (HuggingFace's ``attribute_map``)."""
+
+    attribute_map = {"hidden_size": "n_embd"}
+
+    def __init__(self):
+        self.n_embd = 4
+        self.scale = 2.0
+
+    def __getattribute__(self, key):
+        if key != "attribute_map" and key in super().__getattribute__("attribute_map"):
+            key = super().__getattribute__("attribute_map")[key]
+        return super().__getattribute__(key)
+
+
+CONFIG = Config()
+
+
+def uses_config(x):
+    return x.reshape(-1, CONFIG.hidden_size) * CONFIG.scale
+
+
+def test_custom_getattribute_is_read_and_guarded(backend, no_fallback):
+    opt = dynamo.optimize(backend)(uses_config)
+    x = torch.randn(8)
+    torch.testing.assert_close(opt(x), uses_config(x))
+    CONFIG.scale = 3.0  # the guard reads it again: a recompile, not a stale answer
+    try:
+        torch.testing.assert_close(opt(x), uses_config(x))
+    finally:
+        CONFIG.scale = 2.0
+    assert len(backend.graphs) == 2
+
+
+def imports_inside(x):
+    import math
+
+    from torch.nn import functional as F
+
+    return F.relu(x) * math.pi
+
+
+def asks_is_compiling(x):
+    if torch.compiler.is_compiling():
+        return x + 1
+    return x - 1
+
+
+def test_import_in_function_body(backend, no_fallback):
+    opt = dynamo.optimize(backend)(imports_inside)
+    x = torch.randn(4)
+    torch.testing.assert_close(opt(x), imports_inside(x))
+    assert len(backend.graphs) == 1
+
+
+def test_is_compiling_is_true_inside_the_trace(backend, no_fallback):
+    opt = dynamo.optimize(backend)(asks_is_compiling)
+    x = torch.randn(4)
+    torch.testing.assert_close(opt(x), x + 1)  # the compiled path: what libraries expect
+    torch.testing.assert_close(asks_is_compiling(x), x - 1)
+    assert len(backend.graphs) == 1
+
+
+class Registry(dict):
+    def get(self, model):
+        return super().get(str(model.__class__)) or {}
+
+
+REGISTRY = Registry()
+VAR = contextvars.ContextVar("collector", default=None)
+
+
+class Registered(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        flags = REGISTRY.get(self)
+        token = VAR.set({k: [] for k in flags})  # a C method of an object: a break
+        try:
+            out = self.lin(x).relu()
+        finally:
+            VAR.reset(token)
+        return out * len(flags)
+
+
+def test_dict_subclass_super_get_and_bound_c_methods(backend, no_fallback):
+    m = Registered()
+    opt = dynamo.optimize(backend)(m.forward)
+    x = torch.randn(2, 4)
+    torch.testing.assert_close(opt(x), m(x))
+    REGISTRY[str(Registered)] = {"hidden_states": 1, "attentions": 2}
+    try:  # the registry changed: the guard on dict.get(...) sees it
+        torch.testing.assert_close(opt(x), m(x))
+        torch.testing.assert_close(opt(x), m(x))
+    finally:
+        REGISTRY.clear()
+    assert VAR.get() is None  # every token was reset
+
+
+def test_installed_packages_are_user_code():
+    assert _is_library_file(torch.__file__)
+    assert _is_library_file(os.__file__)
+    assert _is_library_file(types.__file__)
+    assert _is_library_file("<string>")
+    site = os.path.join(os.path.dirname(os.path.dirname(torch.__file__)), "somemodels",
+                        "modeling.py")
+    assert not _is_library_file(site)  # e.g. transformers/models/bert/modeling_bert.py
+    assert not _is_library_file(__file__)
