@@ -41,7 +41,8 @@ def _tv(name: str, batch: int, res: int):
         model = getattr(torchvision.models, name)(weights=None)
         x = torch.randn(b, 3, r, r)
         y = torch.randint(1000, (b,))
-        return model, (x,), lambda out: torch.nn.functional.cross_entropy(out.float(), y)
+        return model, (x,), lambda out: torch.nn.functional.cross_entropy(out.float(),
+                                                                           y.to(out.device))
     return "torchvision", build
 
 
@@ -60,6 +61,7 @@ def _hf(config_name: str, model_name: str, full: dict, batch: int, seq: int, lab
                 "intermediate_size", "vocab_size")}
             b, s = 2, 16
         config = getattr(transformers, config_name)(**kwargs)
+        config.use_cache = False  # one forward (training or scoring), not generation
         for key in ("hidden_dropout_prob", "attention_probs_dropout_prob", "resid_pdrop",
                     "embd_pdrop", "attn_pdrop", "dropout_rate", "attention_dropout",
                     "dropout"):
@@ -109,7 +111,8 @@ def measure(name: str, kind: str, dtype: torch.dtype, device: str, size: str,
     torch.manual_seed(0)
     module, args, loss_of = build(size)
     module = module.to(device=device, dtype=dtype)
-    args = tuple(a.to(device) if isinstance(a, torch.Tensor) else a for a in args)
+    args = tuple((a.to(device, dtype) if a.is_floating_point() else a.to(device))
+                 if isinstance(a, torch.Tensor) else a for a in args)
     state = {k: v.clone() for k, v in module.state_dict().items()}
 
     def fresh():
@@ -149,7 +152,7 @@ def measure(name: str, kind: str, dtype: torch.dtype, device: str, size: str,
         warnings.simplefilter("always", FallbackWarning)
         out, row["minipt2_compile_s"] = first_call(fns["minipt2"], ())
         fns["minipt2"]()
-    fallbacks = [str(w.message).splitlines()[0] for w in caught
+    fallbacks = [str(w.message) for w in caught
                  if issubclass(w.category, FallbackWarning)]
     row["minipt2_fallbacks"] = fallbacks
     row["minipt2_error"] = rel_error(out, want)

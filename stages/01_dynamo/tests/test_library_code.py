@@ -188,3 +188,43 @@ def test_installed_packages_are_user_code():
                         "modeling.py")
     assert not _is_library_file(site)  # e.g. transformers/models/bert/modeling_bert.py
     assert not _is_library_file(__file__)
+
+
+class CheckpointingLayer(torch.nn.Module):
+    """HuggingFace's ``GradientCheckpointingLayer``: ``__call__`` overridden in Python."""
+
+    gradient_checkpointing = False
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+
+    def __call__(self, *args, **kwargs):
+        if self.gradient_checkpointing and self.training:
+            raise AssertionError("not in this test")
+        return super().__call__(*args, **kwargs)
+
+    def forward(self, x):
+        return self.lin(x).tanh()
+
+
+class Stack(torch.nn.Module):
+    def __init__(self, n=12, used=10):
+        super().__init__()
+        self.layers = torch.nn.ModuleList(CheckpointingLayer() for _ in range(n))
+        self.used = used
+
+    def forward(self, x):
+        for layer in self.layers[: self.used]:  # a slice of the ModuleList (Llama does)
+            x = layer(x)
+        return x
+
+
+def test_overridden_call_and_module_list_slice_are_one_graph(backend, no_fallback):
+    m = Stack()
+    opt = dynamo.optimize(backend)(m.forward)
+    x = torch.randn(2, 4)
+    for _ in range(3):
+        torch.testing.assert_close(opt(x), m(x))
+    assert len(backend.graphs) == 1  # before: a break per layer, a recompile per position
+    assert sum("linear" in str(n.target) for n in backend.graphs[0].graph.nodes) == 10

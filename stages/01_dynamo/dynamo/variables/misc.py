@@ -117,6 +117,9 @@ class SuperVariable(VariableTracker):
         for klass in mro[mro.index(self.cls) + 1:]:
             if name in klass.__dict__:
                 attr = klass.__dict__[name]
+                if attr is torch.nn.Module.__call__ and hasattr(self.obj, "call_forward"):
+                    # [Note: a module that overrides __call__]: nn.Module's own call
+                    return ModuleCallVariable(self.obj)
                 if isinstance(attr, types.FunctionType):
                     return UserMethodVariable(attr, self.obj)
                 if attr is object.__init__:
@@ -166,6 +169,16 @@ class ReadingMethodVariable(VariableTracker):
 
     def call_method(self, tx, name, args, kwargs):
         return self.var_getattr(tx, name).call_function(tx, args, kwargs)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class ModuleCallVariable(VariableTracker):
+    """``super().__call__`` in a module class that overrides ``__call__``."""
+
+    module: VariableTracker
+
+    def call_function(self, tx, args, kwargs):
+        return self.module.call_forward(tx, args, kwargs)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

@@ -24,6 +24,8 @@ Chapter: book/docs/dynamo.md ("Modules").
 from __future__ import annotations
 
 import dataclasses
+import inspect
+import types
 import operator
 from typing import TYPE_CHECKING, Any
 
@@ -98,7 +100,21 @@ class NNModuleVariable(VariableTracker):
             unimplemented(f"calling {type(module).__qualname__} which has hooks registered")
         cls = type(module)
         if cls.__call__ is not torch.nn.Module.__call__:
+            # [Note: a module that overrides __call__]: HuggingFace's layers do, to
+            # checkpoint activations when asked; the override is traced like any method,
+            # and its ``super().__call__(...)`` comes back to ``call_forward``. As a break,
+            # it cost more than a break: inside ``for layer in self.layers`` the resume
+            # function takes the remaining layers, a different guard at every layer, and a
+            # 12-layer model hit the recompile limit.
+            if isinstance(inspect.getattr_static(cls, "__call__"), types.FunctionType):
+                return class_attribute(tx, self, cls, "__call__").call_function(tx, args, kwargs)
             unimplemented(f"{cls.__qualname__} overrides __call__")
+        return self.call_forward(tx, args, kwargs)
+
+    def call_forward(self, tx: InstructionTranslator, args: list[VariableTracker],
+                     kwargs: dict[str, VariableTracker]) -> VariableTracker:
+        """``nn.Module.__call__`` itself: no hooks (checked by the caller), so the forward."""
+        cls = type(self.value)
         forward = class_attribute(tx, self, cls, "forward")
         if forward is None:
             unimplemented(f"{cls.__qualname__} has no forward()")
@@ -139,8 +155,14 @@ def _child(tx: InstructionTranslator, parent: NNModuleVariable, key: Any) -> Var
         parent.value[key]
     except (IndexError, KeyError, TypeError) as e:
         raise UserErrorInTrace(e) from e
-    if isinstance(key, slice):
-        unimplemented("slicing a module container")
+    if isinstance(key, slice):  # ``self.layers[:n]``: the children, as a tuple
+        from .lists import TupleVariable
+
+        if not isinstance(parent.value, torch.nn.ModuleList):
+            unimplemented("slicing a module container other than a ModuleList")
+        _guard_len(tx, parent)
+        return TupleVariable(tuple(_child(tx, parent, i)
+                                   for i in range(len(parent.value))[key]))
     return wrap_attribute(tx, parent, parent.value, key, path=f"[{key!r}]")
 
 
