@@ -25,8 +25,8 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-import types
 import operator
+import types
 from typing import TYPE_CHECKING, Any
 
 import torch
