@@ -46,7 +46,7 @@ def _tv(name: str, batch: int, res: int):
     return "torchvision", build
 
 
-def _hf(config_name: str, model_name: str, full: dict, batch: int, seq: int, labels=True,
+def _hf(config_name: str, model_name: str, full: dict, batch: int, seq: int,
         seq2seq=False):
     def build(size: str):
         import transformers
@@ -55,10 +55,8 @@ def _hf(config_name: str, model_name: str, full: dict, batch: int, seq: int, lab
         b, s = batch, seq
         if size != "full":
             kwargs.update(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
-                          intermediate_size=128, vocab_size=256)
-            kwargs = {k: v for k, v in kwargs.items() if k in full or k in (
-                "hidden_size", "num_hidden_layers", "num_attention_heads",
-                "intermediate_size", "vocab_size")}
+                          num_key_value_heads=4, intermediate_size=128, vocab_size=256,
+                          d_model=64, num_layers=2, num_heads=4, d_ff=128)  # (T5's names)
             b, s = 2, 16
         config = getattr(transformers, config_name)(**kwargs)
         config.use_cache = False  # one forward (training or scoring), not generation

@@ -20,14 +20,6 @@ def print_in_with(x):
     return x
 
 
-def print_in_try(x):
-    try:
-        print("inside")
-    except ValueError:
-        pass
-    return x + 1
-
-
 def generator_fn(x):
     yield x + 1
 

@@ -4,6 +4,7 @@ blocks, configs with custom attribute access, imports in function bodies, the
 packages that are the user's code, not a library's. Each is checked against eager."""
 
 import contextvars
+import inspect
 import os
 import sys
 import types
@@ -228,3 +229,44 @@ def test_overridden_call_and_module_list_slice_are_one_graph(backend, no_fallbac
         torch.testing.assert_close(opt(x), m(x))
     assert len(backend.graphs) == 1  # before: a break per layer, a recompile per position
     assert sum("linear" in str(n.target) for n in backend.graphs[0].graph.nodes) == 10
+
+
+def chunked(x, a, b):
+    return x * a + b
+
+
+class Interface:
+    """A class-level mapping read through an instance (HuggingFace's attention interfaces)."""
+
+    _mapping = {"relu": torch.relu, "tanh": torch.tanh}
+
+    def __init__(self, kind):
+        self.kind = kind
+
+    def chunk(self, x, a, b):
+        return x * a - b
+
+
+INTERFACE = Interface("tanh")
+
+
+def apply_chunking(x):
+    # HuggingFace's apply_chunking_to_forward counts the callback's parameters first
+    assert callable(chunked) and callable(INTERFACE.chunk)
+    n = len(inspect.signature(chunked).parameters)
+    m = len(inspect.signature(INTERFACE.chunk).parameters)  # a bound method: no self
+    fn = INTERFACE._mapping[INTERFACE.kind]
+    return fn(chunked(x, *[2.0] * (n - 1)) + INTERFACE.chunk(x, *[3.0] * (m - 1)))
+
+
+def test_callable_signature_and_class_level_mapping(backend, no_fallback):
+    opt = dynamo.optimize(backend, fullgraph=True)(apply_chunking)  # no break either
+    x = torch.randn(4)
+    torch.testing.assert_close(opt(x), apply_chunking(x))
+    assert len(backend.graphs) == 1
+    Interface._mapping["tanh"] = torch.sigmoid  # the guard on the mapping sees it
+    try:
+        torch.testing.assert_close(opt(x), apply_chunking(x))
+    finally:
+        Interface._mapping["tanh"] = torch.tanh
+    assert len(backend.graphs) == 2

@@ -17,8 +17,6 @@ import inspect
 import types
 from typing import TYPE_CHECKING, Any
 
-import torch
-
 from ..exc import UserErrorInTrace, unimplemented
 from .base import MutableLocal, VariableTracker
 from .constant import ConstantVariable
@@ -52,7 +50,7 @@ def class_attribute(tx: InstructionTranslator, obj_vt: VariableTracker, cls: typ
                            {code.co_varnames[0]: obj_vt}, {}, None)
     if hasattr(attr, "__get__") and not isinstance(attr, (int, float, str, tuple)):
         unimplemented(f"the descriptor {cls.__qualname__}.{name} ({type(attr).__name__})")
-    static = wrap_static(attr, strict=obj_vt.source is None or name.startswith("__"))
+    static = wrap_static(attr, strict=obj_vt.source is None)
     if static is None:  # a class-level dict or object: read through the instance, guarded
         from .builder import wrap
 
@@ -183,13 +181,6 @@ class UserObjectVariable(VariableTracker):
             found = class_attribute(tx, self, cls, name)
             if found is not None:
                 return found
-        if self.source is None and not isinstance(value, torch.Tensor):
-            from .builder import wrap_static
-
-            static = wrap_static(value, strict=False)
-            if static is not None:
-                return static
-            unimplemented(f"{cls.__qualname__} customises attribute access (.{name})")
         return wrap_attribute(tx, self, self.value, name)
 
     def store_attr(self, tx: InstructionTranslator, name: str, value: VariableTracker) -> None:
