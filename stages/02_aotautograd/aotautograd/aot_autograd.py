@@ -136,24 +136,38 @@ def compile_entry(gm: Callable, args: list, state: list, train: bool, fw_compile
 # returns ``b`` plus one in eager. So when a call passes an argument that the program writes
 # together with another tensor in the same storage, that call runs eagerly (one warning), as
 # eager would. Only arguments written in place are checked, at every call, against the other
-# tensors: a module's buffers (BatchNorm's running statistics) are written at every call of
-# a training step, and asking 15 of them for their storage per call would cost more than
-# the rare program that passes a view of its own buffer as an argument; that case is not
-# caught.
-def overlap_checks(program: Program, primals: Sequence[object]) -> list[tuple[int, list[int]]]:
-    """Per argument the program writes, the other tensor primals to compare storages with."""
-    tensors = [i for i, p in enumerate(primals) if isinstance(p, torch.Tensor)]
-    return [(m, [i for i in tensors if i != m]) for m in program.mutated_inputs
-            if m < program.num_user_inputs]
+# tensor arguments; a module's own parameters and buffers, when the program reads them
+# itself (``state_reader``), are not: the rare program that passes a view of its own buffer
+# as an argument is not caught.
+#
+# The check is one pass: the storages of the written arguments go into a set, then every
+# other tensor argument's storage is looked up in it. Under dynamo a module's buffers *are*
+# arguments (the graph's placeholders), and a ResNet-50 training step writes 159 of them
+# (BatchNorm's running mean, variance and step count) among 321 tensor arguments: comparing
+# each written one with every other, as this check first did, asked for about 51,000
+# storages per step; one pass asks for 321.
+def overlap_checks(program: Program, primals: Sequence[object]) -> tuple:
+    """(the arguments the program writes, the other tensor primals), what
+    ``written_input_overlaps`` compares at every call; () when the program writes none."""
+    written = [m for m in program.mutated_inputs if m < program.num_user_inputs]
+    others = [i for i, p in enumerate(primals)
+              if isinstance(p, torch.Tensor) and i not in written]
+    return (written, others) if written else ()
 
 
 def written_input_overlaps(primals: Sequence[object],
-                           checks: list[tuple[int, list[int]]]) -> bool:
-    for written, others in checks:
-        storage = primals[written].untyped_storage().data_ptr()
-        if any(primals[i].untyped_storage().data_ptr() == storage for i in others):
-            return True
-    return False
+                           checks: tuple[list[int], list[int]]) -> bool:
+    """Whether a written argument shares its storage with another tensor primal (storages
+    of no bytes share nothing: their address is 0)."""
+    written, others = checks
+    storages: set[int] = set()
+    for i in written:
+        address = primals[i].untyped_storage().data_ptr()
+        if address in storages and address:
+            return True  # two written arguments in one storage
+        storages.add(address)
+    storages.discard(0)
+    return any(primals[i].untyped_storage().data_ptr() in storages for i in others)
 
 
 def run_eagerly(gm: Callable, args: Sequence[object]) -> tuple:

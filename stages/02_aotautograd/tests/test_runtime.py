@@ -212,6 +212,31 @@ def test_an_input_aliasing_a_mutated_input_sees_the_write():
     torch.testing.assert_close(a, torch.arange(16.0) * 0.5 + 1)
 
 
+def test_two_written_inputs_in_one_storage_run_eagerly():
+    """Both arguments written, the second a view of the first: eager's second write sees
+    the first (the check compares written arguments with each other too)."""
+
+    def fn(a, b):
+        a.add_(1)
+        b.mul_(2)
+        return (a + 0,)
+
+    compiled = compile_module(fn, [torch.zeros(4), torch.zeros(4)])
+    base, ref = torch.arange(4.0), torch.arange(4.0)
+    with pytest.warns(UserWarning, match="shares memory with another input"):
+        got = compiled(base, base[:])
+    want = fn(ref, ref[:])
+    torch.testing.assert_close(got[0], want[0])
+    torch.testing.assert_close(base, ref)
+    a, b = torch.arange(4.0), torch.arange(4.0)
+    got = compiled(a, b)  # apart: compiled
+    torch.testing.assert_close(a, torch.arange(4.0) + 1)
+    torch.testing.assert_close(b, torch.arange(4.0) * 2)
+    empty = torch.zeros(0)  # storages of no bytes share nothing
+    compiled_empty = compile_module(fn, [torch.zeros(0), torch.zeros(0)])
+    compiled_empty(empty, torch.zeros(0))
+
+
 def test_a_saved_none_stays_none_as_a_backward_example_input():
     """cuDNN attention leaves some results out (None); one saved for backward is an example
     input of the backward compiler too, as None, where it once raised in ``int(None)``."""
