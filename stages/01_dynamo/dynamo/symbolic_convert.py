@@ -44,6 +44,7 @@ from .variables.builder import wrap, wrap_static
 from .variables.builtin import BuiltinVariable
 from .variables.constant import ConstantVariable, is_literal
 from .variables.functions import CellVariable
+from .variables.sym_node import is_sym
 
 PY312 = sys.version_info >= (3, 12)
 PY313 = sys.version_info >= (3, 13)
@@ -72,7 +73,19 @@ def binary_op(self: InstructionTranslatorBase, inst: dis.Instruction) -> None:
     if fn is None:
         unimplemented(f"binary operator {inst.argrepr!r} is not supported yet")
     b, a = self.pop(), self.pop()
+    if inst.argrepr.endswith("=") and _immutable(a):
+        # ``n += t`` on an int (or a size): ints have no ``__iadd__``, so Python computes
+        # ``n + t`` and rebinds ``n``; a graph node must not spell it as an in-place write
+        fn = _BINARY_OPS[inst.argrepr[:-1]]
     self.push(BuiltinVariable(fn).call_function(self, [a, b], {}))
+
+
+def _immutable(value: VariableTracker) -> bool:
+    """A number, string or tuple (a constant or a symbolic size): ``a op= b`` is ``a op b``."""
+    if is_sym(value):
+        return True
+    return value.is_python_constant() and isinstance(
+        value.as_python_constant(), (int, float, complex, str, bytes, tuple, frozenset))
 # --8<-- [end:binary-op]
 
 COMPARE_OPS = {

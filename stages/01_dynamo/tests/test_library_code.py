@@ -5,6 +5,7 @@ packages that are the user's code, not a library's. Each is checked against eage
 
 import contextvars
 import inspect
+import operator
 import os
 import sys
 import types
@@ -270,3 +271,42 @@ def test_callable_signature_and_class_level_mapping(backend, no_fallback):
     finally:
         Interface._mapping["tanh"] = torch.tanh
     assert len(backend.graphs) == 2
+
+
+def relative_buckets(position, num_buckets=8):
+    """T5's ``_relative_position_bucket`` starts from an int and adds tensors to it."""
+    buckets = 0
+    buckets += (position > 0).to(torch.long) * num_buckets
+    n = position.shape[0]
+    n -= 1  # a size, rebound
+    buckets += torch.abs(position).clamp(max=num_buckets - 1)
+    return buckets, n
+
+
+def test_augmented_assignment_to_an_int_is_not_an_inplace_write(backend, no_fallback):
+    """``0 += tensor`` is ``0 + tensor`` (ints have no ``__iadd__``): the graph holds an
+    ``add``, which the graph's own Python can print (an ``iadd`` of a literal could not)."""
+    opt = dynamo.optimize(backend, fullgraph=True)(relative_buckets)
+    position = torch.arange(-3, 4)[None, :] - torch.arange(5)[:, None]
+    got, want = opt(position), relative_buckets(position)
+    assert torch.equal(got[0], want[0]) and got[1] == want[1]
+    iadds = [n for g in backend.graphs for n in g.graph.nodes if n.target is operator.iadd]
+    assert all(isinstance(n.args[0], torch.fx.Node) for n in iadds)  # tensor += tensor
+
+
+def masked_scores(scores, mask):
+    """A HuggingFace attention mask: the dtype's lowest value where the mask is off."""
+    lowest = torch.finfo(scores.dtype).min
+    scores = scores.masked_fill(~mask, lowest)
+    top = torch.iinfo(torch.int8).max
+    return scores.softmax(-1) * top, torch.finfo(torch.bfloat16).eps
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_finfo_and_iinfo_fold_to_constants(backend, no_fallback, dtype):
+    opt = dynamo.optimize(backend, fullgraph=True)(masked_scores)
+    scores, mask = torch.randn(2, 5).to(dtype), torch.rand(2, 5) > 0.3
+    got, want = opt(scores, mask), masked_scores(scores, mask)
+    torch.testing.assert_close(got[0], want[0])
+    assert got[1] == want[1]
+    assert len(backend.graphs) == 1

@@ -34,7 +34,7 @@ from ..guards import (
 from ..shapes import MARK_ATTR, SymTypes
 from ..sym_node import symbolic_meta
 from .base import VariableTracker
-from .builtin import BuiltinVariable, has_special_case, is_pure
+from .builtin import BuiltinVariable, KnownObjectVariable, has_special_case, is_pure
 from .constant import ConstantVariable, SymNumberVariable, is_literal
 from .ctx_manager import AutocastVariable
 from .dicts import ConstDictVariable
@@ -248,6 +248,8 @@ def wrap_static(value: Any, strict: bool = True) -> VariableTracker | None:
         return PythonModuleVariable(value)
     if is_literal(value):
         return ConstantVariable(value)
+    if isinstance(value, (torch.finfo, torch.iinfo)):  # ``torch.finfo(x.dtype).min``
+        return KnownObjectVariable(value)
     if any(value is f for f in (torch.no_grad, torch.enable_grad, torch.set_grad_enabled)) \
             or (isinstance(value, type) and issubclass(value, torch.amp.autocast)) \
             or any(value is f for f in COMPILING_QUESTIONS):  # [Note: is_compiling]

@@ -71,8 +71,10 @@ class PythonModuleVariable(VariableTracker):
         return f"PythonModuleVariable({self.value.__name__})"
 
 
-# Classes whose construction from constants can be folded (torch.Size((2, 3))).
-_FOLDABLE_CLASSES = (torch.Size, torch.device)
+# Classes whose construction from constants can be folded (torch.Size((2, 3))); the numeric
+# limits of a dtype (``torch.finfo(x.dtype).min``, which attention masks are built from) too:
+# a tensor's dtype is guarded, so the limits are constants of the graph.
+_FOLDABLE_CLASSES = (torch.Size, torch.device, torch.finfo, torch.iinfo)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
