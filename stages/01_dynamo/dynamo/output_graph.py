@@ -59,6 +59,10 @@ class OutputGraph:
         """A new placeholder, placed after the existing ones (placeholders come first)."""
         name = re.sub(r"\W+", "_", source).strip("_") or "input"
         placeholders = [n for n in self.graph.nodes if n.op == "placeholder"]
+        taken = {n.target for n in placeholders}  # ``layer[1]`` and ``layer[-1]`` both
+        base, count = name, 1                      # print as ``layer_1``: the code's
+        while name in taken:                       # parameters must differ
+            name, count = f"{base}_{count}", count + 1
         if placeholders:
             anchor = self.graph.inserting_after(placeholders[-1])
         else:

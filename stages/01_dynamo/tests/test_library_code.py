@@ -310,3 +310,24 @@ def test_finfo_and_iinfo_fold_to_constants(backend, no_fallback, dtype):
     torch.testing.assert_close(got[0], want[0])
     assert got[1] == want[1]
     assert len(backend.graphs) == 1
+
+
+class LastLayer(torch.nn.Module):
+    """T5's block reads its feed-forward layer as ``self.layer[-1]``, next to ``layer[1]``:
+    two sources whose placeholder names print alike."""
+
+    def __init__(self):
+        super().__init__()
+        self.layer = torch.nn.ModuleList(torch.nn.Linear(4, 4) for _ in range(3))
+
+    def forward(self, x):
+        return self.layer[-1](self.layer[1](x)) + self.layer[0](x)
+
+
+def test_sources_whose_names_print_alike_are_two_inputs(backend, no_fallback):
+    m = LastLayer()
+    opt = dynamo.optimize(backend, fullgraph=True)(m.forward)
+    x = torch.randn(2, 4)
+    torch.testing.assert_close(opt(x), m(x))
+    targets = [n.target for n in backend.graphs[0].graph.nodes if n.op == "placeholder"]
+    assert len(targets) == len(set(targets)) == 7
