@@ -3,7 +3,10 @@ blocks, configs with custom attribute access, imports in function bodies, the
 ``is_compiling`` question, registries subclassing dict, C methods of objects, and installed
 packages that are the user's code, not a library's. Each is checked against eager."""
 
+import collections
 import contextvars
+import dataclasses
+import functools
 import inspect
 import operator
 import os
@@ -331,3 +334,85 @@ def test_sources_whose_names_print_alike_are_two_inputs(backend, no_fallback):
     torch.testing.assert_close(opt(x), m(x))
     targets = [n.target for n in backend.graphs[0].graph.nodes if n.op == "placeholder"]
     assert len(targets) == len(set(targets)) == 7
+
+
+def masks_from_callables(x):
+    """HuggingFace composes mask functions as closures and asks ``callable()`` of each."""
+    limit = 2
+
+    def inner_mask(i):
+        return i < limit
+
+    parts = [inner_mask, torch.sin, x.abs, functools.partial(torch.add, other=1)]
+    count = sum(1 for fn in parts if callable(fn)) + callable(x) + callable(limit)
+    return x * count + inner_mask(x)
+
+
+def test_callable_of_closures_partials_and_methods(backend, no_fallback):
+    opt = dynamo.optimize(backend, fullgraph=True)(masks_from_callables)
+    x = torch.arange(4.0)
+    torch.testing.assert_close(opt(x), masks_from_callables(x))
+    assert len(backend.graphs) == 1
+
+
+class Output(collections.OrderedDict):
+    """The shape of HuggingFace's ``ModelOutput``: a dataclass and an ordered dict whose
+    entries are the fields that are not None."""
+
+    def __post_init__(self):
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if value is not None:
+                self[field.name] = value
+
+    def __getitem__(self, key):
+        return dict(self.items())[key] if isinstance(key, str) else self.to_tuple()[key]
+
+    def to_tuple(self):
+        return tuple(self[k] for k in self.keys())
+
+
+@dataclasses.dataclass
+class LMOutput(Output):
+    logits: torch.Tensor | None = None
+    loss: torch.Tensor | None = None
+    hidden: tuple | None = None
+
+
+class OutputModel(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+
+    def inner(self, x):
+        return LMOutput(self.lin(x), hidden=(x,))
+
+    def forward(self, x):
+        out = self.inner(x)
+        loss = out.logits.square().mean() + out["logits"].sum() + out[0].mean()
+        assert list(out.keys()) == ["logits", "hidden"] and "loss" not in out
+        first, hidden = out.to_tuple()
+        return LMOutput(logits=first * 2, loss=loss + len(out), hidden=hidden)
+
+
+def test_model_outputs_are_built_after_the_graph(backend, no_fallback):
+    """[Note: model outputs]: one graph; the returned object is the class's own, built by
+    its constructor from the graph's outputs."""
+    m = OutputModel()
+    opt = dynamo.optimize(backend, fullgraph=True)(m.forward)
+    x = torch.randn(2, 4)
+    got, want = opt(x), m(x)
+    assert type(got) is LMOutput and list(got.keys()) == list(want.keys())
+    for key in want:
+        torch.testing.assert_close(got[key], want[key])
+    assert got.hidden[0] is x and len(backend.graphs) == 1
+
+
+def from_pairs(x):
+    return LMOutput([x + 1]).logits[0] * 2  # the only field set is not a tensor
+
+
+def test_a_model_output_made_from_pairs_breaks_and_stays_correct(backend):
+    opt = dynamo.optimize(backend)(from_pairs)
+    x = torch.randn(3)
+    torch.testing.assert_close(opt(x), from_pairs(x))

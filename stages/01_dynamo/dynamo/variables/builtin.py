@@ -325,11 +325,15 @@ def _hasattr(tx, obj, name):
 
 def _callable(tx, obj):
     """``callable(fn)`` on a function, method or module the trace knows: True."""
-    from .functions import UserFunctionVariable, UserMethodVariable
+    from .functions import (FunctoolsPartialVariable, NestedUserFunctionVariable,
+                            UserFunctionVariable, UserMethodVariable)
+    from .misc import MethodVariable
     from .nn_module import NNModuleVariable
+    from .torch import TorchFunctionVariable
 
     if isinstance(obj, (UserFunctionVariable, UserMethodVariable, NNModuleVariable,
-                        BuiltinVariable)):
+                        BuiltinVariable, NestedUserFunctionVariable, FunctoolsPartialVariable,
+                        MethodVariable, TorchFunctionVariable)):
         return ConstantVariable(True)
     if isinstance(obj, (TensorVariable, BaseListVariable)):
         return ConstantVariable(False)

@@ -17,6 +17,8 @@ import inspect
 import types
 from typing import TYPE_CHECKING, Any
 
+import torch
+
 from ..exc import UserErrorInTrace, unimplemented
 from .base import MutableLocal, VariableTracker
 from .constant import ConstantVariable
@@ -96,6 +98,8 @@ class UserDefinedClassVariable(VariableTracker):
             defaults = getattr(cls, "_field_defaults", {})
             items = _bind_fields(fields, defaults, args, kwargs)
             return NamedTupleVariable(tuple(items), cls=cls)
+        if is_model_output(cls):  # [Note: model outputs]
+            return ModelOutputVariable.build(cls, args, kwargs)
         if cls.__new__ is not object.__new__ or type(cls) is not type:
             unimplemented(f"constructing a {cls.__qualname__} (custom __new__ or metaclass)")
         if inspect.getattr_static(cls, "__setattr__") is not object.__setattr__:
@@ -117,6 +121,116 @@ class UserDefinedClassVariable(VariableTracker):
 
     def __repr__(self) -> str:
         return f"UserDefinedClassVariable({self.value.__qualname__})"
+
+
+# [Note: model outputs]
+# HuggingFace models return a ``ModelOutput``: a dataclass that is also an ordered dict, whose
+# ``__post_init__`` files every field that is not None as a dict entry, so that ``out.logits``,
+# ``out["logits"]`` and ``out[0]`` (the first field that is not None) all work. Tracing its
+# construction line by line meets a metaclass, ``dataclasses.fields``, a ``__setattr__``
+# override and ``super().__setitem__``; every model returns one from every submodule that
+# has outputs, so each was a graph break. Instead, constructing a class of that shape (a
+# dataclass, a dict, with a ``to_tuple`` method) makes a ``ModelOutputVariable``: the field
+# values as traced, read by attribute, by key, by position, as keys/values/items. The object
+# itself is built only when it leaves the graph (returned, or live at a break), by calling
+# the class with the real values: its own constructor runs, as in eager. The reads assume
+# the entries are the fields that are not None, in field order; ModelOutput makes an
+# exception when the first field is the only one set and is not a tensor (it may be an
+# iterator of key/value pairs), and that case is left to eager (a graph break).
+def is_model_output(cls: type) -> bool:
+    """A dataclass that is a dict and has ``to_tuple``: the shape of a ``ModelOutput``."""
+    return (dataclasses.is_dataclass(cls) and issubclass(cls, dict)
+            and callable(getattr(cls, "to_tuple", None)))
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class ModelOutputVariable(VariableTracker):
+    """A ``ModelOutput`` made during the trace: ``fields`` maps every field to its value
+    (None included); see [Note: model outputs]."""
+
+    cls: type
+    fields: dict[str, VariableTracker]
+
+    @staticmethod
+    def build(cls: type, args: list[VariableTracker],
+              kwargs: dict[str, VariableTracker]) -> ModelOutputVariable:
+        declared = [f for f in dataclasses.fields(cls) if f.init]
+        names = [f.name for f in declared]
+        defaults = {f.name: f.default for f in declared
+                    if f.default is not dataclasses.MISSING}
+        if any(f.default_factory is not dataclasses.MISSING for f in declared):
+            unimplemented(f"constructing a {cls.__qualname__} (a field with a default factory)")
+        unknown = set(kwargs) - set(names)
+        if unknown or len(args) > len(names):
+            raise UserErrorInTrace(TypeError(f"{cls.__name__}() got unexpected arguments"))
+        values = dict(zip(names, _bind_fields(names, defaults, args, kwargs)))
+        first, *rest = values.values()
+        if not _is_none(first) and all(_is_none(v) for v in rest) and \
+                not issubclass(first.python_type(), torch.Tensor):
+            unimplemented(f"constructing a {cls.__qualname__} from one non-tensor field")
+        return ModelOutputVariable(cls, values)
+
+    def python_type(self) -> type:
+        return self.cls
+
+    def entries(self) -> dict[str, VariableTracker]:
+        return {k: v for k, v in self.fields.items() if not _is_none(v)}
+
+    def as_tuple(self) -> VariableTracker:
+        from .lists import TupleVariable
+
+        return TupleVariable(tuple(self.entries().values()))
+
+    def truth(self, tx: InstructionTranslator) -> bool:
+        return bool(self.entries())
+
+    def unpack(self, tx: InstructionTranslator) -> list[VariableTracker]:
+        return [ConstantVariable(k) for k in self.entries()]  # iterating a dict: its keys
+
+    def var_getattr(self, tx: InstructionTranslator, name: str) -> VariableTracker:
+        from .misc import MethodVariable
+
+        if name in self.fields:
+            return self.fields[name]
+        if name in _MODEL_OUTPUT_METHODS:
+            return MethodVariable(self, name)
+        found = class_attribute(tx, self, self.cls, name)
+        if found is None:
+            msg = f"{self.cls.__name__!r} object has no attribute {name!r}"
+            raise UserErrorInTrace(AttributeError(msg))
+        return found
+
+    def call_method(self, tx: InstructionTranslator, name: str, args: list[VariableTracker],
+                    kwargs: dict[str, VariableTracker]) -> VariableTracker:
+        from .dicts import ConstDictVariable
+
+        if name == "to_tuple" and not args and not kwargs:
+            return self.as_tuple()
+        if name == "__getitem__" and len(args) == 1 and args[0].is_python_constant():
+            key = args[0].as_python_constant()
+            if isinstance(key, str):
+                if key not in self.entries():
+                    raise UserErrorInTrace(KeyError(key))
+                return self.entries()[key]
+            return self.as_tuple().call_method(tx, name, args, kwargs)
+        if name in _DICT_METHODS:
+            return ConstDictVariable(self.entries()).call_method(tx, name, args, kwargs)
+        unimplemented(f"method .{name}() of a {self.cls.__qualname__}")
+
+    def reconstruct(self, rt: Residual) -> Any:
+        return rt.memo(self, lambda: self.cls(**{k: v.reconstruct(rt)
+                                                 for k, v in self.fields.items()}))
+
+    def __repr__(self) -> str:
+        return f"ModelOutputVariable({self.cls.__qualname__}, {list(self.entries())})"
+
+
+_DICT_METHODS = ("keys", "values", "items", "get", "__contains__", "__len__")
+_MODEL_OUTPUT_METHODS = frozenset({*_DICT_METHODS, "to_tuple", "__getitem__"})
+
+
+def _is_none(value: VariableTracker) -> bool:
+    return isinstance(value, ConstantVariable) and value.value is None
 
 
 def _bind_fields(fields, defaults, args, kwargs):
