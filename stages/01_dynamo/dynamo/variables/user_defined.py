@@ -123,6 +123,7 @@ class UserDefinedClassVariable(VariableTracker):
         return f"UserDefinedClassVariable({self.value.__qualname__})"
 
 
+# --8<-- [start:model-outputs]
 # [Note: model outputs]
 # HuggingFace models return a ``ModelOutput``: a dataclass that is also an ordered dict, whose
 # ``__post_init__`` files every field that is not None as a dict entry, so that ``out.logits``,
@@ -231,6 +232,7 @@ _MODEL_OUTPUT_METHODS = frozenset({*_DICT_METHODS, "to_tuple", "__getitem__"})
 
 def _is_none(value: VariableTracker) -> bool:
     return isinstance(value, ConstantVariable) and value.value is None
+# --8<-- [end:model-outputs]
 
 
 def _bind_fields(fields, defaults, args, kwargs):
