@@ -7,6 +7,7 @@ CPU, C++/OpenMP) and checks the number of kernels where fusion makes it predicta
 import os
 import warnings
 
+import dynamo
 import pytest
 import torch
 
@@ -298,3 +299,38 @@ def test_grouped_query_attention_forward_and_backward(target):
     grads = torch.autograd.grad(got.sum(), (q, k, v))
     for g, w in zip(grads, torch.autograd.grad(want.sum(), (q, k, v))):
         torch.testing.assert_close(g, w)
+
+
+class ScaledByConstants(torch.nn.Module):
+    """DeBERTa's attention scale: a tensor made in ``forward`` from a Python number (on the
+    CPU, with no dims, whatever device the model is on), and a constant vector."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        scale = torch.sqrt(torch.tensor(x.shape[-1], dtype=torch.float, device="cpu") * 2)
+        offset = torch.tensor([1.0, 2.0, 3.0, 4.0], device=x.device)
+        return ((self.lin(x) / scale.to(x.dtype) + offset) ** 2).mean()
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_tensors_made_in_the_graph_from_python_values(target):
+    """[Note: tensor constants] (inductor/compile_fx.py): forward and gradients as in eager,
+    and compiled kernels, not a fallback (the lowering crashed on the constants)."""
+    model = ScaledByConstants()
+    fast = driver.compile(model, options={"target": target})
+    x = torch.randn(3, 4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", dynamo.FallbackWarning)
+        got = fast(x)
+    got.backward()
+    grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    want = model(x)
+    want.backward()
+    torch.testing.assert_close(got, want)
+    for g, p in zip(grads, model.parameters()):
+        torch.testing.assert_close(g, p.grad)
+    assert kernels_of(fast)

@@ -119,6 +119,13 @@ def compile_fx_inner(prims_gm: torch.fx.GraphModule, example_inputs: list[Any], 
     """Compile a prims graph for ``target`` ("triton", "cpp", "fallback"; default: by device).
     ``mode="max-autotune"`` launches Triton kernels through ``autotune.Autotuner``."""
     target = check_target(target or default_target(example_inputs))
+    if target != "fallback" and tensor_constants(prims_gm):  # [Note: tensor constants]
+        values = lift_tensor_constants(prims_gm, example_inputs)
+        inner = compile_fx_inner(prims_gm, [*example_inputs, *values], target=target,
+                                 mode=mode)
+        call = inner.call
+        inner.call = lambda *args: call(*args, *values)
+        return inner
     autotune = check_mode(mode) in AUTOTUNE_MODES and target == "triton"
     artifacts = {"prims_graph": prims_gm.print_readable(print_output=False)}
     if target == "fallback":
@@ -188,6 +195,54 @@ def compile_fx_inner(prims_gm: torch.fx.GraphModule, example_inputs: list[Any], 
     result.kernel_groups = kernel_groups(graph, scheduler)
     result.output_strides = output_strides(graph.graph_outputs)
     return result
+
+
+# [Note: tensor constants]
+# A tensor made inside the traced code from Python values, ``torch.tensor(d_head) ** 0.5``
+# (DeBERTa scales its attention so), is no input of the graph: tracing stores it on the graph
+# module as an attribute (``_tensor_constant0``) that a ``get_attr`` node reads. The lowering
+# turns inputs into buffers and knows nothing of attributes, so before lowering every such
+# node becomes one more placeholder, and the compiled call passes the tensors it holds after
+# the caller's arguments. A constant on the CPU with no dims, read by a graph on a GPU, moves
+# to that GPU once, here: a kernel cannot load from host memory, and eager's own rule lets a
+# 0-dim CPU tensor join a GPU op. (PyTorch's inductor keeps constants as named attributes
+# of its generated module instead; passing them is the same thing, printed differently.)
+def tensor_constants(gm: torch.fx.GraphModule) -> list[torch.fx.Node]:
+    """The ``get_attr`` nodes of ``gm`` that read a tensor."""
+    return [n for n in gm.graph.nodes if n.op == "get_attr"
+            and isinstance(_attribute(gm, n.target), torch.Tensor)]
+
+
+def lift_tensor_constants(gm: torch.fx.GraphModule, example_inputs: list[Any]
+                          ) -> list[torch.Tensor]:
+    """Turn each tensor ``get_attr`` of ``gm`` into a placeholder after the others (in
+    place); returns the tensors, in the new placeholders' order."""
+    devices = {t.device for t in example_inputs if isinstance(t, torch.Tensor)}
+    gpu = next((d for d in devices if d.type != "cpu"), None)
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    values = []
+    for i, node in enumerate(tensor_constants(gm)):
+        value = _attribute(gm, node.target).detach()
+        if gpu is not None and value.device.type == "cpu" and value.ndim == 0:
+            value = value.to(gpu)
+        anchor = (gm.graph.inserting_after(placeholders[-1]) if placeholders
+                  else gm.graph.inserting_before(next(iter(gm.graph.nodes))))
+        with anchor:
+            lifted = gm.graph.placeholder(f"constant{i}")
+        lifted.meta.update(node.meta)  # "val": the shape and strides (on "meta")
+        node.replace_all_uses_with(lifted)
+        gm.graph.erase_node(node)
+        placeholders.append(lifted)
+        values.append(value)
+    gm.recompile()
+    return values
+
+
+def _attribute(gm: torch.nn.Module, target: str) -> Any:
+    value: Any = gm
+    for part in target.split("."):
+        value = getattr(value, part, None)
+    return value
 
 
 def output_strides(outputs: list[Any]) -> list[tuple[int, ...] | None]:

@@ -325,8 +325,12 @@ def _hasattr(tx, obj, name):
 
 def _callable(tx, obj):
     """``callable(fn)`` on a function, method or module the trace knows: True."""
-    from .functions import (FunctoolsPartialVariable, NestedUserFunctionVariable,
-                            UserFunctionVariable, UserMethodVariable)
+    from .functions import (
+        FunctoolsPartialVariable,
+        NestedUserFunctionVariable,
+        UserFunctionVariable,
+        UserMethodVariable,
+    )
     from .misc import MethodVariable
     from .nn_module import NNModuleVariable
     from .torch import TorchFunctionVariable
