@@ -14,6 +14,12 @@ import os
 recompile_limit: int = 8
 
 
+# True: a ``print`` whose arguments are known at trace time is replayed after the graph
+# instead of breaking it ([Note: a print after the graph] in side_effects.py). False (the
+# default, as in PyTorch's dynamo): every print is a graph break.
+reorder_prints: bool = os.environ.get("MINIPT2_REORDER_PRINTS", "") == "1"
+
+
 def strict() -> bool:
     """True when MINIPT2_STRICT=1: every fallback becomes an exception (read per call)."""
     return os.environ.get("MINIPT2_STRICT", "") == "1"

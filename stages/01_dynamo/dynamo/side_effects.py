@@ -15,6 +15,21 @@ Chapter: book/docs/dynamo.md ("Side effects").
 # in the same trace must see the new value, so every lookup checks here
 # first. Objects created during the trace need no replay: they are rebuilt
 # from their final tracker when they escape.
+#
+# [Note: a print after the graph]
+# ``print("step", x.shape[0])`` in a forward used to split the graph in two: the work before
+# it, the print run eagerly, then a resume function for the rest, each piece with its own
+# guards, autograd Function and backward node. But a print whose arguments are known at
+# trace time (constants, static sizes) does not depend on the graph, and nothing in a graph
+# can see what a print wrote. So it is recorded here and replayed when the graph has run,
+# before anything else the frame does next: the same text, in the same order relative to
+# every other print and write the frame makes (a print is deferred only while no write is
+# pending, and a break or the return replays everything first). Only its timing against the
+# GPU's work moves, and a graph that raised at run time would lose it. Arguments that need
+# the graph (a tensor, a symbolic size) still break, as does a ``file=`` the trace cannot
+# name. It is off unless ``config.reorder_prints`` is set (``MINIPT2_REORDER_PRINTS=1``):
+# a print is the graph break every tutorial shows, PyTorch's included; PyTorch's dynamo
+# reorders the functions in its ``reorderable_logging_functions`` setting, empty by default.
 """
 
 from __future__ import annotations
@@ -32,6 +47,8 @@ class SideEffects:
                                                        VariableTracker]] = {}
         self.global_writes: dict[tuple[int, str], tuple[dict, str, VariableTracker]] = {}
         self.mutated: dict[MutableLocal, VariableTracker] = {}  # sourced containers, latest
+        # [Note: a print after the graph]: (the stream's tracker or None, args, options)
+        self.prints: list[tuple[VariableTracker | None, tuple, dict[str, Any]]] = []
 
     # -- recording --------------------------------------------------------------
     def store_attr(self, owner: VariableTracker, name: str, value: VariableTracker) -> None:
@@ -59,6 +76,16 @@ class SideEffects:
             return value
         return self.mutated.get(value.mutable_local, value)
 
+    def defer_print(self, stream: VariableTracker | None, args: tuple,
+                    options: dict[str, Any]) -> bool:
+        """Record ``print(*args, file=stream, **options)`` to run after the graph; False (and
+        nothing recorded) when a write is already pending, which the print would then
+        overtake."""
+        if self.attr_writes or self.global_writes or self.mutated:
+            return False
+        self.prints.append((stream, args, options))
+        return True
+
     # -- keeping trackers current ---------------------------------------------------
     def apply(self, fn: Callable[[Any], Any]) -> None:
         """Rewrite every stored tracker with ``fn`` (used by ``replace_all``)."""
@@ -72,12 +99,14 @@ class SideEffects:
         other.attr_writes = dict(self.attr_writes)
         other.global_writes = dict(self.global_writes)
         other.mutated = dict(self.mutated)
+        other.prints = list(self.prints)
         return other
 
     def restore(self, snapshot: SideEffects) -> None:
         self.attr_writes = dict(snapshot.attr_writes)
         self.global_writes = dict(snapshot.global_writes)
         self.mutated = dict(snapshot.mutated)
+        self.prints = list(snapshot.prints)
 
     # -- after the graph -------------------------------------------------------------
     def values(self) -> list[VariableTracker]:
@@ -88,10 +117,14 @@ class SideEffects:
         return found
 
     def is_empty(self) -> bool:
-        return not (self.attr_writes or self.global_writes or self.mutated)
+        return not (self.attr_writes or self.global_writes or self.mutated or self.prints)
 
     def replay(self, rt: Any) -> None:
-        """Perform the recorded writes on the real objects, in program order."""
+        """Perform the recorded prints, then the writes on the real objects, in program
+        order (a print is deferred only while no write is pending, so it came first)."""
+        for stream, args, options in self.prints:
+            print(*args, **options, **({} if stream is None else
+                                       {"file": stream.reconstruct(rt)}))
         for container in self.mutated.values():
             _write_back(container, rt)
         for obj, _, name, value in self.attr_writes.values():
@@ -104,6 +137,7 @@ class SideEffects:
                  self.attr_writes.values()]
         lines += [f"global {n} = ..." for _, n, _ in self.global_writes.values()]
         lines += [f"{v.source} mutated" for v in self.mutated.values()]
+        lines += [f"print{args!r}" for _, args, _ in self.prints]
         return lines
 
 

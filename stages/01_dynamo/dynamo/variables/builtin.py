@@ -439,8 +439,26 @@ def _sorted(tx, iterable, key=None, reverse=None):
     return tx.pop()
 
 
+# --8<-- [start:deferred-print]
 def _print(tx, *args, **kwargs):
+    """``print`` with arguments known now is replayed after the graph ([Note: a print after
+    the graph] in side_effects.py); any other print breaks the graph."""
+    from .. import config
+
+    kwargs = dict(kwargs)
+    stream = kwargs.pop("file", None)
+    if stream is not None and stream.is_python_constant() and \
+            stream.as_python_constant() is None:
+        stream = None  # file=None: sys.stdout at the time of the call, as at replay
+    known = all(a.is_python_constant() for a in [*args, *kwargs.values()])
+    if config.reorder_prints and known and set(kwargs) <= {"sep", "end", "flush"} and (
+            stream is None or stream.source is not None):
+        values = tuple(a.as_python_constant() for a in args)
+        options = {k: v.as_python_constant() for k, v in kwargs.items()}
+        if tx.output.side_effects.defer_print(stream, values, options):
+            return ConstantVariable(None)
     unimplemented("print() is a side effect a graph cannot replay")
+# --8<-- [end:deferred-print]
 
 
 def _super(tx, *args):
