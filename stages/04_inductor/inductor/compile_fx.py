@@ -119,8 +119,12 @@ def compile_fx_inner(prims_gm: torch.fx.GraphModule, example_inputs: list[Any], 
     """Compile a prims graph for ``target`` ("triton", "cpp", "fallback"; default: by device).
     ``mode="max-autotune"`` launches Triton kernels through ``autotune.Autotuner``."""
     target = check_target(target or default_target(example_inputs))
-    if target != "fallback" and tensor_constants(prims_gm):  # [Note: tensor constants]
-        values = lift_tensor_constants(prims_gm, example_inputs)
+    constants = tensor_constants(prims_gm) if target != "fallback" else []
+    if constants and {_attribute(prims_gm, n.target).device for n in constants} - devices_of(
+            example_inputs, default=torch.device("cpu")):  # [Note: tensor constants]
+        return compile_fx_inner(prims_gm, example_inputs, target="fallback")
+    if constants:
+        values = lift_tensor_constants(prims_gm)
         inner = compile_fx_inner(prims_gm, [*example_inputs, *values], target=target,
                                  mode=mode)
         call = inner.call
@@ -203,28 +207,32 @@ def compile_fx_inner(prims_gm: torch.fx.GraphModule, example_inputs: list[Any], 
 # module as an attribute (``_tensor_constant0``) that a ``get_attr`` node reads. The lowering
 # turns inputs into buffers and knows nothing of attributes, so before lowering every such
 # node becomes one more placeholder, and the compiled call passes the tensors it holds after
-# the caller's arguments. A constant on the CPU with no dims, read by a graph on a GPU, moves
-# to that GPU once, here: a kernel cannot load from host memory, and eager's own rule lets a
-# 0-dim CPU tensor join a GPU op. (PyTorch's inductor keeps constants as named attributes
-# of its generated module instead; passing them is the same thing, printed differently.)
+# the caller's arguments. (PyTorch's inductor keeps constants as named attributes of its
+# generated module instead; passing them is the same thing, printed differently.) A constant
+# on another device than the graph's inputs, DeBERTa's CPU scalar in a model on the GPU, is
+# not lifted: the ops that follow it are traced on the CPU, the buffers the wrapper would
+# give them too, and a Triton kernel cannot reach host memory (it failed at the launch). Such
+# a graph runs op by op ("fallback", as on Apple's GPUs), where eager's rules for mixing a
+# 0-dim CPU tensor into a GPU op apply. Moving the constant to the GPU would need every node
+# downstream of it retraced on the GPU: left for later.
 def tensor_constants(gm: torch.fx.GraphModule) -> list[torch.fx.Node]:
     """The ``get_attr`` nodes of ``gm`` that read a tensor."""
     return [n for n in gm.graph.nodes if n.op == "get_attr"
             and isinstance(_attribute(gm, n.target), torch.Tensor)]
 
 
-def lift_tensor_constants(gm: torch.fx.GraphModule, example_inputs: list[Any]
-                          ) -> list[torch.Tensor]:
+def devices_of(example_inputs: list[Any], default: torch.device) -> set[torch.device]:
+    """The devices of the tensor inputs (``default`` when there are none)."""
+    return {t.device for t in example_inputs if isinstance(t, torch.Tensor)} or {default}
+
+
+def lift_tensor_constants(gm: torch.fx.GraphModule) -> list[torch.Tensor]:
     """Turn each tensor ``get_attr`` of ``gm`` into a placeholder after the others (in
     place); returns the tensors, in the new placeholders' order."""
-    devices = {t.device for t in example_inputs if isinstance(t, torch.Tensor)}
-    gpu = next((d for d in devices if d.type != "cpu"), None)
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     values = []
     for i, node in enumerate(tensor_constants(gm)):
         value = _attribute(gm, node.target).detach()
-        if gpu is not None and value.device.type == "cpu" and value.ndim == 0:
-            value = value.to(gpu)
         anchor = (gm.graph.inserting_after(placeholders[-1]) if placeholders
                   else gm.graph.inserting_before(next(iter(gm.graph.nodes))))
         with anchor:
