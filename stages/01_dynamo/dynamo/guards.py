@@ -68,7 +68,7 @@ def literal(value: Any) -> str:
         if isinstance(value, list):
             return f"[{inner}]"
         return f"({inner},)" if len(value) == 1 else f"({inner})"
-    if value is None or isinstance(value, (bool, int, float, complex, str)):
+    if value is None or isinstance(value, (bool, int, float, complex, str, bytes)):
         return repr(value)
     raise TypeError(f"no literal form for {type(value).__name__}")
 

@@ -368,6 +368,15 @@ class Output(collections.OrderedDict):
     def __getitem__(self, key):
         return dict(self.items())[key] if isinstance(key, str) else self.to_tuple()[key]
 
+    def __setattr__(self, name, value):  # a field and its entry change together
+        if name in {f.name for f in dataclasses.fields(self)} and value is not None:
+            super().__setitem__(name, value)
+        super().__setattr__(name, value)
+
+    def __setitem__(self, key, value):
+        super().__setitem__(key, value)
+        super().__setattr__(key, value)
+
     def to_tuple(self):
         return tuple(self[k] for k in self.keys())
 
@@ -416,3 +425,41 @@ def test_a_model_output_made_from_pairs_breaks_and_stays_correct(backend):
     opt = dynamo.optimize(backend)(from_pairs)
     x = torch.randn(3)
     torch.testing.assert_close(opt(x), from_pairs(x))
+
+
+class Projected(torch.nn.Module):
+    """CLIP replaces a field of its submodule's output: ``out.pooler_output = proj(...)``."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        out = LMOutput(logits=x, loss=x.sum(), hidden=(x,))
+        out.hidden = (self.proj(out.logits),)
+        out["loss"] = out.hidden[0].sum()
+        return out
+
+
+def test_a_model_output_field_written_after_construction(backend, no_fallback):
+    m = Projected()
+    opt = dynamo.optimize(backend, fullgraph=True)(m.forward)
+    x = torch.randn(2, 4)
+    got, want = opt(x), m(x)
+    assert list(got.keys()) == list(want.keys()) == ["logits", "loss", "hidden"]
+    assert len(backend.graphs) == 1
+    for key in want:
+        torch.testing.assert_close(got[key], want[key])
+
+
+BYTES_TABLE = {b"k": 2.0}
+
+
+def bytes_keys(x):
+    return x * BYTES_TABLE[b"k"]
+
+
+def test_a_dict_with_bytes_keys_is_guarded(backend, no_fallback):
+    opt = dynamo.optimize(backend, fullgraph=True)(bytes_keys)
+    x = torch.ones(3)
+    torch.testing.assert_close(opt(x), x * 2)

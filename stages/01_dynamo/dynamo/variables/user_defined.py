@@ -152,6 +152,10 @@ class ModelOutputVariable(VariableTracker):
     cls: type
     fields: dict[str, VariableTracker]
 
+    def __post_init__(self) -> None:
+        if self.mutable_local is None:  # a new object: writes to it replace the tracker
+            object.__setattr__(self, "mutable_local", MutableLocal())
+
     @staticmethod
     def build(cls: type, args: list[VariableTracker],
               kwargs: dict[str, VariableTracker]) -> ModelOutputVariable:
@@ -201,10 +205,27 @@ class ModelOutputVariable(VariableTracker):
             raise UserErrorInTrace(AttributeError(msg))
         return found
 
+    def store_attr(self, tx: InstructionTranslator, name: str, value: VariableTracker) -> None:
+        """``out.pooler_output = proj(...)`` (CLIP): a field's new value, which is also its
+        entry (``ModelOutput.__setattr__`` writes both). Only a field that is set already:
+        a new entry would go after the others, out of the field order ``entries`` assumes."""
+        if name not in self.fields:
+            unimplemented(f"setting attribute .{name} of a {self.cls.__qualname__}, "
+                          "which is not one of its fields")
+        if _is_none(value) or _is_none(self.fields[name]):
+            # None keeps a stale entry; a new entry goes last, out of field order
+            unimplemented(f"setting field .{name} of a {self.cls.__qualname__} that is None "
+                          "or to None")
+        tx.replace_all(self, self.clone(fields={**self.fields, name: value}))
+
     def call_method(self, tx: InstructionTranslator, name: str, args: list[VariableTracker],
                     kwargs: dict[str, VariableTracker]) -> VariableTracker:
         from .dicts import ConstDictVariable
 
+        if name == "__setitem__" and len(args) == 2 and args[0].is_python_constant() and \
+                args[0].as_python_constant() in self.fields:
+            self.store_attr(tx, args[0].as_python_constant(), args[1])
+            return ConstantVariable(None)
         if name == "to_tuple" and not args and not kwargs:
             return self.as_tuple()
         if name == "__getitem__" and len(args) == 1 and args[0].is_python_constant():
