@@ -28,6 +28,7 @@ import builtins
 import copy
 import dataclasses
 import math
+import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -35,7 +36,8 @@ from typing import Any
 import torch
 
 # Names every guard expression may use besides the frame's own sources.
-GUARD_GLOBALS: dict[str, Any] = {"torch": torch, "math": math, "sys": sys}
+GUARD_GLOBALS: dict[str, Any] = {"torch": torch, "math": math, "sys": sys,
+                                 "___environ": os.environ}  # [Note: environment variables]
 RESERVED_NAMES = frozenset({"G", "C", *GUARD_GLOBALS})
 
 

@@ -80,6 +80,23 @@ def binary_op(self: InstructionTranslatorBase, inst: dis.Instruction) -> None:
     self.push(BuiltinVariable(fn).call_function(self, [a, b], {}))
 
 
+CATCHABLE = (KeyError, AttributeError, ImportError)  # [Note: except blocks in traced code]
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class ExceptionVariable(VariableTracker):
+    """An exception the trace raised and a handler of the traced code caught."""
+
+    value: BaseException
+    trace_error: UserErrorInTrace
+
+    def python_type(self) -> type:
+        return type(self.value)
+
+    def reconstruct(self, rt: Any) -> Any:
+        return self.value
+
+
 def _immutable(value: VariableTracker) -> bool:
     """A number, string or tuple (a constant or a symbolic size): ``a op= b`` is ``a op b``."""
     if is_sym(value):
@@ -157,7 +174,11 @@ class InstructionTranslatorBase(ContainerOps):
         handler = getattr(self, inst.opname, None)
         if handler is None:
             unimplemented(f"opcode {inst.opname} is not supported yet")
-        handler(inst)
+        try:
+            handler(inst)
+        except UserErrorInTrace as error:  # [Note: except blocks in traced code]
+            if not self.raise_into_handler(inst, error):
+                raise
     # --8<-- [end:opcode-dispatch]
 
     def location(self) -> str:
@@ -207,6 +228,60 @@ class InstructionTranslatorBase(ContainerOps):
         if store is None:
             unimplemented(f"setting attribute .{name} on {obj}")
         store(self, name, value)
+
+    # --8<-- [start:except-blocks]
+    # [Note: except blocks in traced code]
+    # Libraries probe with exceptions: ``Mapping.get`` is ``try: return self[key]`` /
+    # ``except KeyError: return default``, and HuggingFace's attention registry is such a
+    # mapping, asked for every layer. A lookup that fails while we trace raises
+    # ``UserErrorInTrace``, which used to end the trace as a user error: the whole model ran
+    # eagerly. Now the instruction that raised looks up its handler in the code's exception
+    # table, as CPython's own loop does: the stack unwinds to the handler's depth, the
+    # exception is pushed, and tracing goes on at the handler, whose ``except`` clauses are
+    # ordinary instructions (PUSH_EXC_INFO, CHECK_EXC_MATCH, POP_EXCEPT); a handler that
+    # re-raises gives the error back. Only lookup errors are caught this way (KeyError,
+    # AttributeError, ImportError): those come from Python containers and attributes, never
+    # from a tensor op, whose meta kernel may raise where the real one would not, so an
+    # ``except RuntimeError`` could take a branch eager does not.
+    def raise_into_handler(self, inst: dis.Instruction, error: UserErrorInTrace) -> bool:
+        """Continue at the handler of ``inst`` with ``error`` pushed; False if there is none
+        (or the error is not a lookup error, or the handler is a ``with`` block's)."""
+        if not isinstance(error.error, CATCHABLE):
+            return False
+        found = handler_at(self.code, inst.offset)
+        if found is None:
+            return False
+        target, depth, push_offset = found
+        handler_index = self.offset_to_index[target]
+        if self.instructions[handler_index].opname != "PUSH_EXC_INFO" or any(
+                i.opname == "WITH_EXCEPT_START"
+                for i in self.instructions[handler_index:handler_index + 4]):
+            return False
+        del self.stack[depth:]
+        if push_offset:
+            self.push(ConstantVariable(inst.offset))
+        self.push(ExceptionVariable(error.error, error))
+        self.ip = handler_index
+        return True
+
+    def PUSH_EXC_INFO(self, inst: dis.Instruction) -> None:
+        error = self.pop()
+        self.push(ConstantVariable(None))  # the exception being handled before: none
+        self.push(error)
+
+    def CHECK_EXC_MATCH(self, inst: dis.Instruction) -> None:
+        kinds = self.pop().as_python_constant()
+        self.push(ConstantVariable(isinstance(self.stack[-1].value, kinds)))
+
+    def POP_EXCEPT(self, inst: dis.Instruction) -> None:
+        self.pop()
+
+    def RERAISE(self, inst: dis.Instruction) -> None:
+        error = self.stack[-1]
+        if isinstance(error, ExceptionVariable):
+            raise error.trace_error  # not ours to handle: eager raises it
+        unimplemented("re-raising an exception the trace did not raise")
+    # --8<-- [end:except-blocks]
 
     def enter_grad_mode(self, enabled: bool) -> None:
         """Switch grad mode in the graph and, for the example values, for real."""

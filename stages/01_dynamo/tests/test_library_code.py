@@ -4,6 +4,7 @@ blocks, configs with custom attribute access, imports in function bodies, the
 packages that are the user's code, not a library's. Each is checked against eager."""
 
 import collections
+import collections.abc
 import contextvars
 import dataclasses
 import functools
@@ -463,3 +464,90 @@ def test_a_dict_with_bytes_keys_is_guarded(backend, no_fallback):
     opt = dynamo.optimize(backend, fullgraph=True)(bytes_keys)
     x = torch.ones(3)
     torch.testing.assert_close(opt(x), x * 2)
+
+
+def use_gqa(x):
+    """HuggingFace's sdpa integration reads a switch from the environment in every layer."""
+    if os.environ.get("MINIPT2_TEST_FORCE", "0") == "1":
+        return x * 3
+    if "MINIPT2_TEST_ABSENT" in os.environ:
+        return x * 5
+    return x.sin() + 1
+
+
+def test_environment_reads_are_guarded(backend, no_fallback, monkeypatch):
+    """[Note: environment variables]: one graph; a changed variable recompiles."""
+    monkeypatch.delenv("MINIPT2_TEST_FORCE", raising=False)
+    monkeypatch.delenv("MINIPT2_TEST_ABSENT", raising=False)
+    opt = dynamo.optimize(backend, fullgraph=True)(use_gqa)
+    x = torch.randn(3)
+    torch.testing.assert_close(opt(x), x.sin() + 1)
+    torch.testing.assert_close(opt(x), x.sin() + 1)
+    assert len(backend.graphs) == 1
+    monkeypatch.setenv("MINIPT2_TEST_FORCE", "1")
+    torch.testing.assert_close(opt(x), x * 3)
+    monkeypatch.setenv("MINIPT2_TEST_FORCE", "0")
+    monkeypatch.setenv("MINIPT2_TEST_ABSENT", "")
+    torch.testing.assert_close(opt(x), x * 5)
+    assert len(backend.graphs) == 3
+
+
+class AttentionRegistry(collections.abc.MutableMapping):
+    """HuggingFace's attention registry: ``get`` is ``Mapping.get``, a try/except KeyError."""
+
+    def __init__(self, table):
+        self._table = dict(table)
+
+    def __getitem__(self, key):
+        return self._table[key]
+
+    def __setitem__(self, key, value):
+        self._table[key] = value
+
+    def __delitem__(self, key):
+        del self._table[key]
+
+    def __iter__(self):
+        return iter(self._table)
+
+    def __len__(self):
+        return len(self._table)
+
+
+ATTENTION = AttentionRegistry({"sdpa": torch.sin})
+
+
+def probe_with_exceptions(x):
+    attend = ATTENTION.get("eager", torch.cos)  # missing: the default
+    try:
+        scale = {"a": 2.0}["b"]
+    except (IndexError, KeyError) as error:
+        scale = 3.0 if isinstance(error, KeyError) else 4.0
+    try:
+        extra = x.no_such_attribute
+    except AttributeError:
+        extra = 1.0
+    finally:
+        scale = scale + 1
+    return attend(x) * scale + extra
+
+
+def test_lookup_errors_caught_by_the_traced_code(backend, no_fallback):
+    """[Note: except blocks in traced code]: one graph, the except branches taken."""
+    opt = dynamo.optimize(backend, fullgraph=True)(probe_with_exceptions)
+    x = torch.randn(3)
+    torch.testing.assert_close(opt(x), probe_with_exceptions(x))
+    assert len(backend.graphs) == 1
+
+
+def uncaught(x):
+    try:
+        return x * {"a": 1}["b"]
+    except IndexError:
+        return x
+
+
+def test_an_uncaught_lookup_error_is_the_users(backend):
+    opt = dynamo.optimize(backend)(uncaught)
+    with pytest.raises(KeyError, match="b"):
+        opt(torch.randn(3))

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import collections
 import functools
+import os
 import re
 import types
 from typing import TYPE_CHECKING, Any
@@ -41,7 +42,7 @@ from .dicts import ConstDictVariable
 from .functions import FunctoolsPartialVariable, UserFunctionVariable, UserMethodVariable
 from .iter import ListIteratorVariable
 from .lists import ListVariable, NamedTupleVariable, TupleVariable, tuple_fields
-from .misc import PythonModuleVariable, TypeVariable
+from .misc import EnvironVariable, PythonModuleVariable, TypeVariable
 from .nn_module import NNModuleVariable
 from .sym_node import SymNodeVariable
 from .tensor import TensorVariable
@@ -250,6 +251,8 @@ def wrap_static(value: Any, strict: bool = True) -> VariableTracker | None:
         return ConstantVariable(value)
     if isinstance(value, (torch.finfo, torch.iinfo)):  # ``torch.finfo(x.dtype).min``
         return KnownObjectVariable(value)
+    if value is os.environ:  # [Note: environment variables]
+        return EnvironVariable(value)
     if any(value is f for f in (torch.no_grad, torch.enable_grad, torch.set_grad_enabled)) \
             or (isinstance(value, type) and issubclass(value, torch.amp.autocast)) \
             or any(value is f for f in COMPILING_QUESTIONS):  # [Note: is_compiling]

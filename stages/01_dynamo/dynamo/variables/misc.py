@@ -191,3 +191,55 @@ class NoOpVariable(VariableTracker):
         from .constant import ConstantVariable
 
         return ConstantVariable(None)
+
+
+# [Note: environment variables]
+# Libraries read switches from the environment inside a forward: HuggingFace's attention asks
+# ``os.environ.get("TRANSFORMERS_SDPA_FORCE_GQA", "0")`` in every layer. ``os.environ`` is a
+# mapping whose values can change between calls, so a read is done now, with a constant key,
+# and guarded: ``___environ.get('KEY', '0') == '0'`` (``___environ`` is ``os.environ``, bound
+# in the guard check's namespace). Setting a variable between calls fails the guard and
+# recompiles, as any other value the trace relied on would. A write to the environment still
+# breaks the graph.
+@dataclasses.dataclass(frozen=True, eq=False)
+class EnvironVariable(VariableTracker):
+    """``os.environ``: reads with constant keys, done at trace time and guarded."""
+
+    value: Any
+
+    def python_type(self) -> type:
+        return type(self.value)
+
+    def var_getattr(self, tx: InstructionTranslator, name: str) -> VariableTracker:
+        if name in ("get", "__getitem__", "__contains__"):
+            return MethodVariable(self, name)
+        unimplemented(f"os.environ.{name}")
+
+    def call_method(self, tx: InstructionTranslator, name: str, args: list[VariableTracker],
+                    kwargs: dict[str, VariableTracker]) -> VariableTracker:
+        from ..guards import Guard, literal
+        from .constant import ConstantVariable
+
+        if kwargs or not args or not all(a.is_python_constant() for a in args):
+            unimplemented(f"os.environ.{name}() with arguments not known at trace time")
+        values = [a.as_python_constant() for a in args]
+        key = literal(values[0])
+        if name == "__contains__" and len(values) == 1:
+            found = values[0] in self.value
+            tx.output.add_guards([Guard("os.environ", "ENV",
+                                        f"({key} in ___environ) == {found}")])
+            return ConstantVariable(found)
+        if name in ("get", "__getitem__") and len(values) <= (2 if name == "get" else 1):
+            if name == "__getitem__" and values[0] not in self.value:
+                raise UserErrorInTrace(KeyError(values[0]))
+            value = self.value.get(*values)
+            read = f"___environ.get({', '.join(literal(v) for v in values)})"
+            tx.output.add_guards([Guard("os.environ", "ENV", f"{read} == {literal(value)}")])
+            return ConstantVariable(value)
+        unimplemented(f"os.environ.{name}()")
+
+    def reconstruct(self, rt: Any) -> Any:
+        return self.value
+
+    def __repr__(self) -> str:
+        return "EnvironVariable()"
