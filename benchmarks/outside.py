@@ -56,13 +56,16 @@ def _hf(config_name: str, model_name: str, full: dict, batch: int, seq: int,
         if size != "full":
             kwargs.update(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
                           num_key_value_heads=4, intermediate_size=128, vocab_size=256,
-                          d_model=64, num_layers=2, num_heads=4, d_ff=128)  # (T5's names)
+                          d_model=64, num_layers=2, num_heads=4, d_ff=128,  # (T5's names)
+                          encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+                          decoder_attention_heads=4, encoder_ffn_dim=128,
+                          decoder_ffn_dim=128)  # (BART's)
             b, s = 2, 16
         config = getattr(transformers, config_name)(**kwargs)
         config.use_cache = False  # one forward (training or scoring), not generation
         for key in ("hidden_dropout_prob", "attention_probs_dropout_prob", "resid_pdrop",
                     "embd_pdrop", "attn_pdrop", "dropout_rate", "attention_dropout",
-                    "dropout"):
+                    "dropout", "activation_dropout"):
             if hasattr(config, key):
                 setattr(config, key, 0.0)
         model = getattr(transformers, model_name)(config)
@@ -90,6 +93,12 @@ MODELS = {
     "llama": _hf("LlamaConfig", "LlamaForCausalLM",
                  dict(hidden_size=1024, num_hidden_layers=8, num_attention_heads=16,
                       num_key_value_heads=4, intermediate_size=2816, vocab_size=32000), 8, 512),
+    "mistral": _hf("MistralConfig", "MistralForCausalLM",  # grouped-query attention
+                   dict(hidden_size=1024, num_hidden_layers=8, num_attention_heads=16,
+                        num_key_value_heads=4, intermediate_size=2816, vocab_size=32000,
+                        sliding_window=None), 8, 512),
+    "deberta_v2": _hf("DebertaV2Config", "DebertaV2ForMaskedLM", {}, 8, 512),
+    "bart": _hf("BartConfig", "BartForConditionalGeneration", {}, 8, 256, seq2seq=True),
     "t5": _hf("T5Config", "T5ForConditionalGeneration",
               dict(d_model=512, num_layers=6, num_heads=8, d_ff=2048, vocab_size=32128),
               8, 256, seq2seq=True),
