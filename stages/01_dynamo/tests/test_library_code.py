@@ -551,3 +551,23 @@ def test_an_uncaught_lookup_error_is_the_users(backend):
     opt = dynamo.optimize(backend)(uncaught)
     with pytest.raises(KeyError, match="b"):
         opt(torch.randn(3))
+
+
+@torch.jit.script
+def log_bucket(position: torch.Tensor, buckets: int) -> torch.Tensor:
+    """DeBERTa's relative-position helpers are TorchScript functions."""
+    sign = torch.sign(position)
+    return sign * torch.log1p(position.abs().float()).clamp(max=float(buckets))
+
+
+def scripted_helper(x):
+    return x + log_bucket(torch.arange(-3, 3), 2).sum()
+
+
+def test_a_torchscript_function_is_traced_through_its_python(backend, no_fallback):
+    opt = dynamo.optimize(backend, fullgraph=True)(scripted_helper)
+    x = torch.randn(3)
+    torch.testing.assert_close(opt(x), scripted_helper(x))
+    assert len(backend.graphs) == 1
+    assert not any(isinstance(n.target, torch.jit.ScriptFunction)
+                   for g in backend.graphs for n in g.graph.nodes)

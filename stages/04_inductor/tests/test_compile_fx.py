@@ -233,3 +233,28 @@ def test_a_cpu_scalar_in_a_cuda_graph_trains():
     torch.testing.assert_close(got, want)
     for p, g in zip(fc.parameters(), grads):
         torch.testing.assert_close(p.grad, g)
+
+
+def test_a_triton_kernel_of_a_gpu_graph_never_gets_a_cpu_buffer():
+    """``WrapperCodeGen.check_devices``: a kernel touching a CPU buffer in a graph on a GPU
+    (found with BART on the H200: its launch failed on a host pointer) is a CompileError,
+    which compile_fx_inner answers by running the graph op by op."""
+    import types
+
+    import pytest
+    from inductor.codegen.wrapper import WrapperCodeGen
+    from inductor.exc import CompileError
+
+    def buffer(device):
+        return types.SimpleNamespace(layout=types.SimpleNamespace(device=torch.device(device)))
+
+    graph = types.SimpleNamespace(buffer_by_name={"arg0": buffer("cuda:0"), "buf1": buffer("cpu"),
+                                                  "buf2": buffer("cuda:0")},
+                                  graph_outputs=[])
+    wrapper = WrapperCodeGen(graph, [], set(), {}, "triton")
+    wrapper.check_devices(types.SimpleNamespace(name="k0", args=["arg0", "buf2"]))  # fine
+    with pytest.raises(CompileError, match="CPU buffer buf1"):
+        wrapper.check_devices(types.SimpleNamespace(name="k1", args=["arg0", "buf1"]))
+    cpu = types.SimpleNamespace(buffer_by_name={"arg0": buffer("cpu")}, graph_outputs=[])
+    WrapperCodeGen(cpu, [], set(), {}, "triton").check_devices(
+        types.SimpleNamespace(name="k2", args=["arg0"]))  # the interpreter's CPU graphs

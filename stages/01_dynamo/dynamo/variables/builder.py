@@ -253,6 +253,13 @@ def wrap_static(value: Any, strict: bool = True) -> VariableTracker | None:
         return KnownObjectVariable(value)
     if value is os.environ:  # [Note: environment variables]
         return EnvironVariable(value)
+    if isinstance(value, torch.jit.ScriptFunction):
+        # ``@torch.jit.script`` keeps the Python function it compiled (for tracers like this
+        # one); a graph node cannot call the TorchScript function itself (DeBERTa's helpers)
+        original = getattr(value, "_torchdynamo_inline", None)
+        if isinstance(original, types.FunctionType):
+            return UserFunctionVariable(original)
+        unimplemented(f"the TorchScript function {value.name}")
     if any(value is f for f in (torch.no_grad, torch.enable_grad, torch.set_grad_enabled)) \
             or (isinstance(value, type) and issubclass(value, torch.amp.autocast)) \
             or any(value is f for f in COMPILING_QUESTIONS):  # [Note: is_compiling]

@@ -164,6 +164,7 @@ class WrapperCodeGen:
         self.lines: list[str] = []
         self.sites: dict[tuple[str, str], str] = {}  # (kernel, grid sizes options) -> name
         self.pool: dict[tuple, list[str]] = {}  # layout -> dead buffers to reuse
+        self.on_gpu: bool | None = None  # does any buffer live on a GPU (``check_devices``)
         self.outputs = {o.name for o in graph.graph_outputs if isinstance(o, Buffer)}
         self.extern_read = {n for g in groups if isinstance(g, ExternNode)
                             for n in g.kernel.input_names()}
@@ -193,6 +194,8 @@ class WrapperCodeGen:
 
     def kernel_call(self, step: int, group: FusedGroup) -> None:
         kernel = self.kernels[step]
+        if self.target == "triton":
+            self.check_devices(kernel)
         for node in group.nodes:  # a ScatterBuffer writes memory its copy allocated
             if (node.name in kernel.args and node.name not in self.removed
                     and not isinstance(node.buffer, ScatterBuffer)):
@@ -219,6 +222,21 @@ class WrapperCodeGen:
             ptrs = [f"{a}.data_ptr()" for a in kernel.args]
             self.lines.append(f"    {kernel.name}({', '.join(ptrs + kernel_sizes)})")
 # --8<-- [end:wrapper]
+
+    def check_devices(self, kernel: KernelSource) -> None:
+        """A Triton kernel of a GPU graph must not touch a CPU buffer (a 0-dim CPU tensor
+        made in the traced code, and what is computed from it, is traced on the CPU): its
+        launch would fail on a host pointer. Such a graph runs op by op instead."""
+        if self.on_gpu is None:
+            self.on_gpu = any(str(b.layout.device).startswith("cuda")
+                              for b in self.graph.buffer_by_name.values())
+        if not self.on_gpu:
+            return  # a CPU graph (the interpreter runs its kernels on host memory)
+        for name in kernel.args:
+            buffer = self.graph_buffer(name)
+            if buffer is not None and str(buffer.layout.device) == "cpu":
+                raise CompileError(f"kernel {kernel.name} would read or write the CPU buffer "
+                                   f"{name} from the GPU")
 
     def launch_site(self, kernel: str, fixed: str) -> str:
         """The name bound to ``bind_launch(kernel, <fixed>)`` at the wrapper's top, one per
