@@ -339,3 +339,20 @@ def test_tensors_made_in_the_graph_from_python_values(target, scalar_device):
     for g, p in zip(grads, model.parameters()):
         torch.testing.assert_close(g, p.grad)
     assert bool(kernels_of(fast)) == (scalar_device is None or DEVICE == "cpu")
+
+
+def layer_drop(x):
+    """BART's layer drop: a random number made on the CPU (the default device), compared
+    in a graph whose tensors are on the GPU; the comparison then decides a branch."""
+    if torch.rand([], device="cpu") < 2.0:  # always taken
+        x = x * 2
+    return x + 1
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_cpu_random_number_in_a_graph(target):
+    """On a GPU the CPU number's comparison ran as a Triton kernel on host memory, and the
+    launch failed; its buffer now says CPU, so it stays a library call."""
+    fast = driver.compile(layer_drop, options={"target": target})
+    x = torch.randn(4)
+    torch.testing.assert_close(fast(x), x * 2 + 1)

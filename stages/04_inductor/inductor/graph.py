@@ -332,12 +332,17 @@ class GraphLowering(torch.fx.Interpreter):
                 if val is None:
                     raise
         many = isinstance(val, (list, tuple))
+        # Where the result lives, when its meta value cannot say: the op's own ``device``
+        # argument (``torch.rand([])`` in BART's layer drop makes a CPU tensor in a GPU graph,
+        # which a Triton kernel must not be handed), else the graph's device.
+        given = kwargs.get("device")
+        home = torch.device(given) if isinstance(given, (torch.device, str)) else self.device()
         # An op may return None in a slot (convolution_backward without the bias gradient),
         # or a number (cuDNN attention's max_q and max_k): no buffer for those.
         outputs = [
             None if not isinstance(v, torch.Tensor) else
             ExternBuffer(self.new_name(), FixedLayout(v.device if v.device.type != "meta"
-                                                      else self.device(), v.dtype,
+                                                      else home, v.dtype,
                                                       sympify_all(v.shape),
                                                       sympify_all(v.stride())))
             for v in (val if many else [val])
