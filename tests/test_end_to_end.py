@@ -323,13 +323,16 @@ class ScaledByConstants(torch.nn.Module):
 def test_tensors_made_in_the_graph_from_python_values(target, scalar_device):
     """[Note: tensor constants] (inductor/compile_fx.py): forward and gradients as in eager,
     with compiled kernels (the lowering crashed on the constants), except for a CPU constant
-    in a GPU graph, which runs op by op (its launch failed)."""
+    in a GPU graph, which runs eagerly with one warning (its launch failed)."""
     model = ScaledByConstants(scalar_device)
     fast = driver.compile(model, options={"target": target})
     x = torch.randn(3, 4)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", dynamo.FallbackWarning)
+    compiled = scalar_device is None or DEVICE == "cpu"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         got = fast(x)
+    fallbacks = [w for w in caught if issubclass(w.category, dynamo.FallbackWarning)]
+    assert len(fallbacks) == (0 if compiled else 1)
     got.backward()
     grads = [p.grad.clone() for p in model.parameters()]
     model.zero_grad()
@@ -338,7 +341,7 @@ def test_tensors_made_in_the_graph_from_python_values(target, scalar_device):
     torch.testing.assert_close(got, want)
     for g, p in zip(grads, model.parameters()):
         torch.testing.assert_close(g, p.grad)
-    assert bool(kernels_of(fast)) == (scalar_device is None or DEVICE == "cpu")
+    assert bool(kernels_of(fast)) == compiled
 
 
 def layer_drop(x):

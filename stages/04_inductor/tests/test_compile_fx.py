@@ -258,3 +258,39 @@ def test_a_triton_kernel_of_a_gpu_graph_never_gets_a_cpu_buffer():
     cpu = types.SimpleNamespace(buffer_by_name={"arg0": buffer("cpu")}, graph_outputs=[])
     WrapperCodeGen(cpu, [], set(), {}, "triton").check_devices(
         types.SimpleNamespace(name="k2", args=["arg0"]))  # the interpreter's CPU graphs
+
+
+def _graph_with_constant(value: torch.Tensor) -> torch.fx.GraphModule:
+    """``x * c``, with ``c`` a tensor attribute of the module (what tracing makes of a
+    ``torch.tensor(...)`` in the traced code)."""
+    graph = torch.fx.Graph()
+    x = graph.placeholder("x")
+    x.meta["val"] = torch.empty(4, device="meta")
+    c = graph.get_attr("_tensor_constant0")
+    c.meta["val"] = torch.empty(value.shape, device="meta")
+    out = graph.call_function(torch.ops.aten.mul.Tensor, (x, c))
+    out.meta["val"] = torch.empty(4, device="meta")
+    graph.output((out,))
+    root = torch.nn.Module()
+    root.register_buffer("_tensor_constant0", value)
+    return torch.fx.GraphModule(root, graph)
+
+
+def test_tensor_constants_become_inputs_the_call_passes():
+    """[Note: tensor constants]: the get_attr becomes a placeholder; the compiled call
+    takes only the caller's arguments and passes the constant itself."""
+    x = torch.randn(4)
+    gm = _graph_with_constant(torch.tensor([1.0, 2.0, 3.0, 4.0]))
+    compiled = inductor.compile_fx_inner(gm, [x], target="cpp")
+    assert_close(compiled(x)[0], x * torch.tensor([1.0, 2.0, 3.0, 4.0]))
+    assert not any(n.op == "get_attr" for n in gm.graph.nodes)
+
+
+def test_a_tensor_constant_on_another_device_is_a_compile_error():
+    """A constant that is not where the inputs are (DeBERTa's CPU scalar in a GPU graph;
+    here a meta tensor beside CPU inputs): not compiled, so dynamo runs the frame eagerly."""
+    from inductor.exc import CompileError
+
+    gm = _graph_with_constant(torch.empty((), device="meta"))
+    with pytest.raises(CompileError, match="lives on meta"):
+        inductor.compile_fx_inner(gm, [torch.randn(4)], target="cpp")
