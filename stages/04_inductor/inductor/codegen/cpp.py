@@ -17,8 +17,11 @@ the conversions are bit shifts with round-to-nearest-even, so no c10 headers are
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
+import sympy
 import torch
 
 from inductor.codegen.common import (
@@ -351,7 +354,12 @@ class CppKernel(Kernel):
             for _, index in node.accesses(self.space).reads)
 
     def reduction_loops(self) -> list[str]:
-        """One (parallel) loop over output rows; inside it, the loops over r and "x" code."""
+        """One (parallel) loop over output rows; inside it, the loops over r and "x" code.
+        A reduction down the columns gets the loops the other way round: see
+        ``column_loops``."""
+        column = self.column_loops()
+        if column is not None:
+            return column
         body = ["    " + line for line in self.lines]
         sizes, symbols = self.plan.sizes, self.plan.symbols
         if not sizes:
@@ -362,10 +370,73 @@ class CppKernel(Kernel):
                 f"for (int64_t xo = 0; xo < {self.size(self.numel)}; ++xo) {{",
                 *unflatten("xo", sizes, symbols), *body, "}"]
 
+    # --8<-- [start:column-reductions]
+    # [Note: column reductions on the CPU]
+    # A bias gradient sums a (batch, features) tensor over the batch: the reduced index r
+    # walks down the columns, a row's length apart in memory, and each output x is one
+    # column. The usual nest (one x per iteration of the outer loop, r inside it, split in
+    # lanes for ``omp simd``) then reads one float per cache line, and its "vector" loads are
+    # gathers: two such sums of 512 x 512 floats took 0.58 ms on the 2-core CPU machine where
+    # eager's ``sum(0)`` took 0.10. Read the other way round, the same work is contiguous:
+    # take ``XLANES`` neighbouring columns at a time, keep one accumulator per column in a
+    # small array, and for each r add a whole row segment into it (``omp simd`` over the
+    # columns: plain vector loads and adds); the stores follow, one per column. This is the
+    # same lanes trick as [Note: accumulator lanes], with the lanes across x instead of r,
+    # and it applies when every read moves by one element with x and none does with r
+    # (one loop over r, sums, products, max or min; static sizes).
+    XLANES = 32
+
+    def column_loops(self) -> list[str] | None:
+        """The loop nest of a reduction down columns, or None when it is not one."""
+        if len(self.loops) != 1 or self.kept or self.no_simd():
+            return None
+        loop, start, count = self.loops[0]
+        if start or loop.combine or not loop.accumulators or any(
+                op not in COMBINE for op, _ in loop.accumulators):
+            return None
+        n, rn = self.numel, self.rnumel
+        if not (isinstance(n, int) and isinstance(rn, int)) or n % self.XLANES or \
+                len(self.plan.sizes) != 1 or len(self.rplan.sizes) != 1:
+            return None
+        x, r = self.plan.symbols[0], self.rplan.symbols[0]
+        reads = [sympy.expand(self.rewrite(index)) for node in self.group.nodes
+                 for _, index in node.accesses(self.space).reads]
+        if not any(i.has(r) for i in reads) or any(
+                (i.has(x) and i.coeff(x) != 1) or i.coeff(r) == 1 for i in reads):
+            return None
+        lanes, accs = self.XLANES, [acc for _, acc in loop.accumulators]
+        at_x = f"const int64_t {x} = xb + xl;"
+        work = n * rn
+        return [
+            *([parallel_pragma(str(work))] if n > lanes and self.parallel(work) else []),
+            f"for (int64_t xb = 0; xb < {n}; xb += {lanes}) {{",
+            *("    " + line for line in loop.prefix),
+            *(f"    decltype({a}) {a}_lanes[{lanes}];" for a in accs),
+            f"    for (int64_t xl = 0; xl < {lanes}; ++xl) {{",
+            *(f"        {a}_lanes[xl] = {a};" for a in accs), "    }",
+            f"    for (int64_t {r} = 0; {r} < {rn}; ++{r}) {{",
+            "        #pragma omp simd",
+            f"        for (int64_t xl = 0; xl < {lanes}; ++xl) {{", f"            {at_x}",
+            *(f"            auto& {a} = {a}_lanes[xl];" for a in accs),
+            *("            " + line for line in loop.body), "        }", "    }",
+            f"    for (int64_t xl = 0; xl < {lanes}; ++xl) {{", f"        {at_x}",
+            *(f"        auto {a} = {a}_lanes[xl];" for a in accs),
+            *("        " + line for line in [*loop.suffix, *self.lines[start + count:]]),
+            "    }", "}"]
+    # --8<-- [end:column-reductions]
+
+    @contextlib.contextmanager
+    def loop_over_r(self) -> Iterator[Loop]:
+        start = len(self.lines)
+        with super().loop_over_r() as loop:
+            yield loop
+        self.loops.append((loop, start, len(self.lines) - start))
+
     # ---- values kept for later loops over r: see [Note: row scratch] -------------------
     def generate_looped_body(self) -> None:
         self.keep = kept_nodes(self.group.nodes, self.placements, self.rnumel)
         self.kept: dict[tuple[str, str], tuple[str, torch.dtype]] = {}
+        self.loops: list[tuple[Loop, int, int]] = []  # (loop over r, its first line, lines)
         super().generate_looped_body()
         arrays = dict.fromkeys(self.kept.values())
         self.lines[:0] = [f"alignas(64) {compute_type(dtype)} {arr}[{self.rnumel}];"
