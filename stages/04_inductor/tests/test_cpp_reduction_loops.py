@@ -93,8 +93,9 @@ def test_column_reductions_like_eager(case, columns):
     """[Note: column reductions on the CPU]: lanes across the columns when their count is a
     multiple of XLANES (64, 96), the usual loops otherwise (40); values, NaN and infinity
     as in eager."""
-    import driver
     from inductor.codegen.cpp import CppKernel
+
+    import driver
 
     fn = COLUMN_CASES[case]
     x = torch.randn(64, columns) * 3
