@@ -359,3 +359,28 @@ def test_a_cpu_random_number_in_a_graph(target):
     fast = driver.compile(layer_drop, options={"target": target})
     x = torch.randn(4)
     torch.testing.assert_close(fast(x), x * 2 + 1)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_cpu_attention_stays_the_library_kernel(target):
+    """[Note: attention on the CPU] (inductor/compile_fx.py): causal attention on CPU tensors
+    is PyTorch's own kernel in the wrapper, forward and backward, with eager's values."""
+    import torch.nn.functional as F
+
+    if DEVICE != "cpu":
+        pytest.skip("the CPU attention op")
+
+    def attend(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True).sin()
+
+    q, k, v = (torch.randn(2, 4, 16, 8, requires_grad=True) for _ in range(3))
+    fast = driver.compile(attend, options={"target": target})
+    got, want = fast(q, k, v), attend(q, k, v)
+    torch.testing.assert_close(got, want)
+    for g, w in zip(torch.autograd.grad(got.sum(), (q, k, v)),
+                    torch.autograd.grad(want.sum(), (q, k, v))):
+        torch.testing.assert_close(g, w)
+    wrappers = "".join(v for r in fast.graphs for k, v in r.artifacts.items()
+                       if k.endswith("wrapper"))
+    assert "flash_attention_for_cpu.default" in wrappers
+    assert "flash_attention_for_cpu_backward.default" in wrappers
