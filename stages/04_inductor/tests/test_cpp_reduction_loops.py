@@ -79,6 +79,18 @@ def test_layernorm_keeps_no_scratch():
     assert "row_" not in kernel_source(compiled)
 
 
+@pytest.fixture
+def fresh_driver():
+    """driver.compile's caches empty before and after: what a test compiles (here an
+    ``nn.Sequential``, whose ``forward`` other tests compile too) leaves no sizes behind
+    for automatic dynamic shapes to find."""
+    import driver
+
+    driver.reset()
+    yield driver
+    driver.reset()
+
+
 COLUMN_CASES = {
     "sum": lambda x: x.sum(0),
     "weighted_sum": lambda x: (x * x.cos()).sum(0),
@@ -89,19 +101,16 @@ COLUMN_CASES = {
 
 @pytest.mark.parametrize("columns", [64, 96, 40])
 @pytest.mark.parametrize("case", sorted(COLUMN_CASES))
-def test_column_reductions_like_eager(case, columns):
+def test_column_reductions_like_eager(case, columns, fresh_driver):
     """[Note: column reductions on the CPU]: lanes across the columns when their count is a
     multiple of XLANES (64, 96), the usual loops otherwise (40); values, NaN and infinity
     as in eager."""
     from inductor.codegen.cpp import CppKernel
 
-    import driver
-
     fn = COLUMN_CASES[case]
     x = torch.randn(64, columns) * 3
     x[5, 3], x[7, 9], x[9, 10] = float("nan"), float("inf"), -float("inf")
-    driver.reset()
-    compiled = driver.compile(fn, options={"target": "cpp"})
+    compiled = fresh_driver.compile(fn, options={"target": "cpp"})
     got, want = compiled(x), fn(x)
     for g, w in zip(got if isinstance(got, tuple) else (got,),
                     want if isinstance(want, tuple) else (want,)):
@@ -111,15 +120,12 @@ def test_column_reductions_like_eager(case, columns):
     assert ("xb += " in sources) == (columns % CppKernel.XLANES == 0)
 
 
-def test_bias_gradients_use_column_loops():
+def test_bias_gradients_use_column_loops(fresh_driver):
     """The case that motivated it: a Linear's bias gradient in a training step."""
-    import driver
-
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.GELU(), torch.nn.Linear(64, 32))
     twin = __import__("copy").deepcopy(model)
-    driver.reset()
-    compiled = driver.compile(model, options={"target": "cpp"})
+    compiled = fresh_driver.compile(model, options={"target": "cpp"})
     x = torch.randn(128, 64)
     compiled(x).square().mean().backward()
     twin(x).square().mean().backward()
