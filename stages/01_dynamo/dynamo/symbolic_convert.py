@@ -242,7 +242,9 @@ class InstructionTranslatorBase(ContainerOps):
     # re-raises gives the error back. Only lookup errors are caught this way (KeyError,
     # AttributeError, ImportError): those come from Python containers and attributes, never
     # from a tensor op, whose meta kernel may raise where the real one would not, so an
-    # ``except RuntimeError`` could take a branch eager does not.
+    # ``except RuntimeError`` could take a branch eager does not. The graph then assumes the
+    # key or attribute is missing, so that absence is guarded where it is found (a dict's
+    # keys, ``not hasattr(obj, 'name')``, ``'KEY' not in ___environ``).
     def raise_into_handler(self, inst: dis.Instruction, error: UserErrorInTrace) -> bool:
         """Continue at the handler of ``inst`` with ``error`` pushed; False if there is none
         (or the error is not a lookup error, or the handler is a ``with`` block's)."""

@@ -422,7 +422,7 @@ def from_pairs(x):
     return LMOutput([x + 1]).logits[0] * 2  # the only field set is not a tensor
 
 
-def test_a_model_output_made_from_pairs_breaks_and_stays_correct(backend):
+def test_a_model_output_of_one_non_tensor_field_breaks_and_stays_correct(backend):
     opt = dynamo.optimize(backend)(from_pairs)
     x = torch.randn(3)
     torch.testing.assert_close(opt(x), from_pairs(x))
@@ -571,3 +571,40 @@ def test_a_torchscript_function_is_traced_through_its_python(backend, no_fallbac
     assert len(backend.graphs) == 1
     assert not any(isinstance(n.target, torch.jit.ScriptFunction)
                    for g in backend.graphs for n in g.graph.nodes)
+
+
+class Settings:
+    """A plain object from outside the frame, whose attributes come and go."""
+
+
+SETTINGS = Settings()
+
+
+def probe_settings(x):
+    try:
+        scale = SETTINGS.scale
+    except AttributeError:
+        scale = 2.0
+    shift = 1.0 if hasattr(SETTINGS, "shift") else 0.0
+    try:
+        extra = float(os.environ["MINIPT2_TEST_EXTRA"])
+    except KeyError:
+        extra = 0.0
+    return x * scale + shift + extra
+
+
+def test_what_the_trace_found_missing_is_guarded(backend, no_fallback, monkeypatch):
+    """An attribute or variable the trace found absent (and went on without) that appears
+    later recompiles: the graph it made assumed the absence."""
+    monkeypatch.delenv("MINIPT2_TEST_EXTRA", raising=False)
+    opt = dynamo.optimize(backend, fullgraph=True)(probe_settings)
+    x = torch.ones(3)
+    torch.testing.assert_close(opt(x), x * 2)
+    SETTINGS.scale, SETTINGS.shift = 5.0, True
+    try:
+        torch.testing.assert_close(opt(x), x * 5 + 1)
+        monkeypatch.setenv("MINIPT2_TEST_EXTRA", "10")
+        torch.testing.assert_close(opt(x), x * 5 + 11)
+    finally:
+        del SETTINGS.scale, SETTINGS.shift
+    assert len(backend.graphs) == 3

@@ -62,7 +62,7 @@ def test_a_print_of_a_tensor_still_breaks(backend, capsys):
     assert SINK.getvalue() == "tensor(2.)\n"
 
 
-def test_off_by_default_in_a_fresh_config(monkeypatch, backend):
+def test_with_reordering_off_a_print_breaks(monkeypatch, backend):
     monkeypatch.setattr(config, "reorder_prints", False)
     opt = dynamo.optimize(backend)(constant_prints)
     x = torch.randn(3)

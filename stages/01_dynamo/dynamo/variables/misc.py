@@ -230,7 +230,8 @@ class EnvironVariable(VariableTracker):
                                         f"({key} in ___environ) == {found}")])
             return ConstantVariable(found)
         if name in ("get", "__getitem__") and len(values) <= (2 if name == "get" else 1):
-            if name == "__getitem__" and values[0] not in self.value:
+            if name == "__getitem__" and values[0] not in self.value:  # (an except may go on)
+                tx.output.add_guards([Guard("os.environ", "ENV", f"{key} not in ___environ")])
                 raise UserErrorInTrace(KeyError(values[0]))
             value = self.value.get(*values)
             read = f"___environ.get({', '.join(literal(v) for v in values)})"

@@ -28,6 +28,17 @@ if TYPE_CHECKING:
     from ..symbolic_convert import InstructionTranslatorBase as InstructionTranslator
 
 
+def class_attribute_or_error(tx: InstructionTranslator, obj_vt: VariableTracker, cls: type,
+                             name: str) -> VariableTracker:
+    """``class_attribute``, or the AttributeError eager raises for an object the trace made
+    (its attributes are known, so their absence needs no guard)."""
+    found = class_attribute(tx, obj_vt, cls, name)
+    if found is None:
+        msg = f"{cls.__name__!r} object has no attribute {name!r}"
+        raise UserErrorInTrace(AttributeError(msg))
+    return found
+
+
 def class_attribute(tx: InstructionTranslator, obj_vt: VariableTracker, cls: type,
                     name: str) -> VariableTracker | None:
     """``obj.name`` found on the class: a bound method, a property, or a plain value."""
@@ -199,11 +210,7 @@ class ModelOutputVariable(VariableTracker):
             return self.fields[name]
         if name in _MODEL_OUTPUT_METHODS:
             return MethodVariable(self, name)
-        found = class_attribute(tx, self, self.cls, name)
-        if found is None:
-            msg = f"{self.cls.__name__!r} object has no attribute {name!r}"
-            raise UserErrorInTrace(AttributeError(msg))
-        return found
+        return class_attribute_or_error(tx, self, self.cls, name)
 
     def store_attr(self, tx: InstructionTranslator, name: str, value: VariableTracker) -> None:
         """``out.pooler_output = proj(...)`` (CLIP): a field's new value, which is also its
@@ -294,7 +301,17 @@ class UserObjectVariable(VariableTracker):
             return found
         if hasattr(cls, "__getattr__"):
             return self._custom_getattr(tx, name)
+        self.guard_missing(tx, name)
         raise UserErrorInTrace(AttributeError(f"{cls.__name__!r} object has no attribute {name!r}"))
+
+    def guard_missing(self, tx: InstructionTranslator, name: str) -> None:
+        """The trace goes on without ``obj.name`` (``hasattr``, ``getattr`` with a default,
+        an ``except AttributeError``): a later call that finds it must not reuse the graph."""
+        from ..guards import Guard
+
+        if self.source is not None:
+            tx.output.add_guards([Guard(self.source, "HASATTR",
+                                        f"not hasattr({self.source}, {name!r})")])
 
     # [Note: custom attribute access]
     # A class may customise attribute lookup: ``__getattribute__`` (HuggingFace's configs map
@@ -313,6 +330,7 @@ class UserObjectVariable(VariableTracker):
         try:
             value = getattr(self.value, name)
         except AttributeError as e:
+            self.guard_missing(tx, name)
             raise UserErrorInTrace(e) from e
         if isinstance(value, types.MethodType) and value.__self__ is self.value:
             found = class_attribute(tx, self, cls, name)
@@ -367,11 +385,7 @@ class NewObjectVariable(VariableTracker):
     def var_getattr(self, tx: InstructionTranslator, name: str) -> VariableTracker:
         if name in self.attrs:
             return self.attrs[name]
-        found = class_attribute(tx, self, self.cls, name)
-        if found is None:
-            msg = f"{self.cls.__name__!r} object has no attribute {name!r}"
-            raise UserErrorInTrace(AttributeError(msg))
-        return found
+        return class_attribute_or_error(tx, self, self.cls, name)
 
     def store_attr(self, tx: InstructionTranslator, name: str, value: VariableTracker) -> None:
         tx.replace_all(self, self.clone(attrs={**self.attrs, name: value}))
