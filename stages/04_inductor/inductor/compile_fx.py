@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import operator
 import os
 import time
 import warnings
@@ -119,19 +120,8 @@ def compile_fx_inner(prims_gm: torch.fx.GraphModule, example_inputs: list[Any], 
     """Compile a prims graph for ``target`` ("triton", "cpp", "fallback"; default: by device).
     ``mode="max-autotune"`` launches Triton kernels through ``autotune.Autotuner``."""
     target = check_target(target or default_target(example_inputs))
-    constants = tensor_constants(prims_gm) if target != "fallback" else []
-    elsewhere = {_attribute(prims_gm, n.target).device for n in constants} - devices_of(
-        example_inputs, default=torch.device("cpu"))
-    if elsewhere:  # [Note: tensor constants]
-        raise CompileError(f"a tensor made in the traced code lives on {elsewhere.pop()}, "
-                           "not on the device of the graph's inputs")
-    if constants:
-        values = lift_tensor_constants(prims_gm)
-        inner = compile_fx_inner(prims_gm, [*example_inputs, *values], target=target,
-                                 mode=mode)
-        call = inner.call
-        inner.call = lambda *args: call(*args, *values)
-        return inner
+    if target != "fallback" and tensor_constants(prims_gm):  # [Note: tensor constants]
+        return compile_with_constants(prims_gm, example_inputs, target, mode)
     autotune = check_mode(mode) in AUTOTUNE_MODES and target == "triton"
     artifacts = {"prims_graph": prims_gm.print_readable(print_output=False)}
     if target == "fallback":
@@ -221,12 +211,24 @@ def compile_fx_inner(prims_gm: torch.fx.GraphModule, example_inputs: list[Any], 
 def tensor_constants(gm: torch.fx.GraphModule) -> list[torch.fx.Node]:
     """The ``get_attr`` nodes of ``gm`` that read a tensor."""
     return [n for n in gm.graph.nodes if n.op == "get_attr"
-            and isinstance(_attribute(gm, n.target), torch.Tensor)]
+            and isinstance(operator.attrgetter(n.target)(gm), torch.Tensor)]
 
 
-def devices_of(example_inputs: list[Any], default: torch.device) -> set[torch.device]:
-    """The devices of the tensor inputs (``default`` when there are none)."""
-    return {t.device for t in example_inputs if isinstance(t, torch.Tensor)} or {default}
+def compile_with_constants(prims_gm: torch.fx.GraphModule, example_inputs: list[Any],
+                           target: str, mode: str) -> CompiledGraph:
+    """``compile_fx_inner`` of ``prims_gm`` with its tensor constants lifted to inputs that
+    the compiled call passes itself; a CompileError if one lives off the inputs' device."""
+    devices = {t.device for t in example_inputs if isinstance(t, torch.Tensor)}
+    elsewhere = {operator.attrgetter(n.target)(prims_gm).device
+                 for n in tensor_constants(prims_gm)} - (devices or {torch.device("cpu")})
+    if elsewhere:
+        raise CompileError(f"a tensor made in the traced code lives on {elsewhere.pop()}, "
+                           "not on the device of the graph's inputs")
+    values = lift_tensor_constants(prims_gm)
+    inner = compile_fx_inner(prims_gm, [*example_inputs, *values], target=target, mode=mode)
+    call = inner.call
+    inner.call = lambda *args: call(*args, *values)
+    return inner
 
 
 def lift_tensor_constants(gm: torch.fx.GraphModule) -> list[torch.Tensor]:
@@ -235,7 +237,7 @@ def lift_tensor_constants(gm: torch.fx.GraphModule) -> list[torch.Tensor]:
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     values = []
     for i, node in enumerate(tensor_constants(gm)):
-        value = _attribute(gm, node.target).detach()
+        value = operator.attrgetter(node.target)(gm).detach()
         anchor = (gm.graph.inserting_after(placeholders[-1]) if placeholders
                   else gm.graph.inserting_before(next(iter(gm.graph.nodes))))
         with anchor:
@@ -247,13 +249,6 @@ def lift_tensor_constants(gm: torch.fx.GraphModule) -> list[torch.Tensor]:
         values.append(value)
     gm.recompile()
     return values
-
-
-def _attribute(gm: torch.nn.Module, target: str) -> Any:
-    value: Any = gm
-    for part in target.split("."):
-        value = getattr(value, part, None)
-    return value
 
 
 def output_strides(outputs: list[Any]) -> list[tuple[int, ...] | None]:
