@@ -21,7 +21,7 @@ from .exc import UserErrorInTrace, unimplemented
 from .variables.base import NullVariable, VariableTracker
 from .variables.builtin import BuiltinVariable
 from .variables.constant import ConstantVariable
-from .variables.ctx_manager import AutocastVariable, GradModeVariable
+from .variables.ctx_manager import AutocastVariable, GradModeVariable, NullContextVariable
 from .variables.dicts import ConstDictVariable, SetVariable, as_dict_items, dict_key
 from .variables.functions import NestedUserFunctionVariable
 from .variables.iter import ListIteratorVariable, get_iter
@@ -267,12 +267,12 @@ class ContainerOps:
     # -- with ------------------------------------------------------------------------------
     def BEFORE_WITH(self: InstructionTranslatorBase, inst: dis.Instruction) -> None:
         manager = self.pop()
-        if not isinstance(manager, (GradModeVariable, AutocastVariable)):
-            unimplemented(f"`with` on {manager} (only grad-mode and autocast context managers)")
+        if not isinstance(manager, (GradModeVariable, AutocastVariable, NullContextVariable)):
+            unimplemented(f"`with` on {manager} (only grad-mode, autocast and null context "
+                          "managers)")
         exit_fn = manager.enter(self)
         self.push(exit_fn)
-        # What `as` binds: autocast's __enter__ returns the manager, grad mode's None.
-        self.push(manager if isinstance(manager, AutocastVariable) else ConstantVariable(None))
+        self.push(manager.target())  # what `as` binds
 
 
 def _is_none(tx: InstructionTranslatorBase, value: VariableTracker) -> bool:

@@ -5,6 +5,7 @@ packages that are the user's code, not a library's. Each is checked against eage
 
 import collections
 import collections.abc
+import contextlib
 import contextvars
 import dataclasses
 import functools
@@ -608,3 +609,66 @@ def test_what_the_trace_found_missing_is_guarded(backend, no_fallback, monkeypat
     finally:
         del SETTINGS.scale, SETTINGS.shift
     assert len(backend.graphs) == 3
+
+
+class Rotary(torch.nn.Module):
+    """``@torch.no_grad()`` on a method (HuggingFace's rotary embeddings): the decorator keeps
+    a no_grad object and enters ``self.__class__()`` of it at every call."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("inv_freq", torch.rand(4))
+
+    @torch.no_grad()
+    def forward(self, x):
+        return (x * self.inv_freq).cos()
+
+
+class UsesRotary(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+        self.rotary = Rotary()
+
+    def forward(self, x):
+        h = self.lin(x)
+        return h * self.rotary(h) + h.sin()
+
+
+def test_a_method_decorated_with_no_grad_is_traced(backend, no_fallback):
+    m = UsesRotary()
+    opt = dynamo.optimize(backend, fullgraph=True)(m.forward)
+    x = torch.randn(2, 4)
+    out = opt(x)
+    torch.testing.assert_close(out, m(x))
+    out.sum().backward()
+    grad = m.lin.weight.grad.clone()
+    m.lin.weight.grad = None
+    m(x).sum().backward()  # the rotary part gives no gradient, in both
+    torch.testing.assert_close(grad, m.lin.weight.grad)
+    assert len(backend.graphs) == 1
+    opt(x)
+    assert len(backend.graphs) == 1
+
+
+def maybe_autocast(enabled):
+    """HuggingFace's helper: autocast only when it would do something, else a nullcontext."""
+    if torch.is_autocast_enabled("cpu") or enabled:
+        return torch.autocast("cpu", enabled=enabled)
+    return contextlib.nullcontext()
+
+
+def rotate(x, enabled):
+    with maybe_autocast(enabled):
+        h = x.sin() * 2
+    with contextlib.nullcontext(x) as same_x:
+        h = h + same_x
+    return h
+
+
+@pytest.mark.parametrize("enabled", [False, True])
+def test_with_a_nullcontext(backend, no_fallback, enabled):
+    opt = dynamo.optimize(backend, fullgraph=True)(rotate)
+    x = torch.randn(2, 4)
+    torch.testing.assert_close(opt(x, enabled), rotate(x, enabled))
+    assert len(backend.graphs) == 1

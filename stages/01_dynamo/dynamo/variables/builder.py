@@ -37,7 +37,7 @@ from ..sym_node import symbolic_meta
 from .base import VariableTracker
 from .builtin import BuiltinVariable, KnownObjectVariable, has_special_case, is_pure
 from .constant import ConstantVariable, SymNumberVariable, is_literal
-from .ctx_manager import AutocastVariable
+from .ctx_manager import AutocastVariable, GradModeVariable
 from .dicts import ConstDictVariable
 from .functions import FunctoolsPartialVariable, UserFunctionVariable, UserMethodVariable
 from .iter import ListIteratorVariable
@@ -105,6 +105,9 @@ def _wrap(output: OutputGraph, value: Any, source: str, sym_numbers: bool) -> Va
     if isinstance(value, torch.amp.autocast):  # e.g. the one @torch.autocast(...) holds
         output.add_guards([make_identity_guard(source, value)])
         return AutocastVariable.from_object(value, source=source)
+    if type(value) in (torch.no_grad, torch.enable_grad):  # the one @torch.no_grad() holds
+        output.add_guards([make_identity_guard(source, value)])
+        return GradModeVariable(type(value) is torch.enable_grad, source=source)
     if isinstance(value, functools.partial):
         output.add_guards([make_type_guard(source, value)])
         fn = wrap(output, value.func, f"{source}.func")

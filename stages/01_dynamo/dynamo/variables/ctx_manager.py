@@ -1,6 +1,8 @@
-"""Context managers a ``with`` statement may enter inside a graph: grad mode and autocast.
+"""Context managers a ``with`` statement may enter inside a graph: grad mode and autocast
+(and ``contextlib.nullcontext``, which does nothing).
 
-Input: ``torch.no_grad()`` / ``torch.enable_grad()`` / ``torch.set_grad_enabled(b)``,
+Input: ``torch.no_grad()`` / ``torch.enable_grad()`` / ``torch.set_grad_enabled(b)`` (or
+the no_grad object ``@torch.no_grad()`` holds), ``contextlib.nullcontext(value)``,
 ``torch.autocast(device_type, dtype=..., enabled=...)`` (also ``torch.amp.autocast`` and
 ``torch.cpu.amp.autocast``, or an autocast object made outside the frame, as the
 ``@torch.autocast(...)`` decorator holds one), met by BEFORE_WITH. Output: graph nodes
@@ -26,6 +28,7 @@ Chapter: book/docs/dynamo.md ("Autocast").
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import warnings
 from typing import TYPE_CHECKING, Any
@@ -55,7 +58,18 @@ class GradModeVariable(VariableTracker):
         tx.enter_grad_mode(self.mode)
         return WithExitVariable(previous)
 
+    def target(self) -> VariableTracker:
+        """What ``with ... as name`` binds: grad mode's ``__enter__`` returns None."""
+        return ConstantVariable(None)
+
     def var_getattr(self, tx, name):
+        if name == "__class__" and not self.entered:
+            # ``@torch.no_grad()`` keeps one no_grad object and, at every call of the
+            # function it decorates, enters a fresh one: ``self.__class__()``
+            # (torch.utils._contextlib); HuggingFace's rotary embeddings are decorated so
+            from .torch import TorchFunctionVariable
+
+            return TorchFunctionVariable(torch.enable_grad if self.mode else torch.no_grad)
         unimplemented(f"attribute .{name} of a grad-mode context manager")
 
 
@@ -67,6 +81,32 @@ class WithExitVariable(VariableTracker):
 
     def call_function(self, tx, args, kwargs):
         tx.enter_grad_mode(self.previous)
+        return ConstantVariable(None)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class NullContextVariable(VariableTracker):
+    """``contextlib.nullcontext(value)``: entering and leaving do nothing; ``as`` binds
+    ``value``. Libraries return one where a real context manager is not needed (HuggingFace's
+    ``maybe_autocast(enabled=False)`` around the rotary embeddings' matmul)."""
+
+    value: VariableTracker
+
+    def enter(self, tx: InstructionTranslator) -> VariableTracker:
+        return NullExitVariable()
+
+    def target(self) -> VariableTracker:
+        return self.value
+
+    def reconstruct(self, rt: Any) -> Any:
+        return contextlib.nullcontext(self.value.reconstruct(rt))
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class NullExitVariable(VariableTracker):
+    """The ``__exit__`` of a nullcontext: nothing to undo."""
+
+    def call_function(self, tx, args, kwargs):
         return ConstantVariable(None)
 
 
@@ -110,6 +150,9 @@ class AutocastVariable(VariableTracker):
                                               state, {})
         tx.output.autocast_modes.append(torch.amp._enter_autocast(*state))
         return AutocastExitVariable(proxy)
+
+    def target(self) -> VariableTracker:
+        return self  # autocast's ``__enter__`` returns the manager
 
     def var_getattr(self, tx, name):
         unimplemented(f"attribute .{name} of an autocast context manager")

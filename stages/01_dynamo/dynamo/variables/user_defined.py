@@ -12,6 +12,7 @@ Chapter: book/docs/dynamo.md ("Variables", "Side effects").
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import inspect
 import types
@@ -111,6 +112,13 @@ class UserDefinedClassVariable(VariableTracker):
             return NamedTupleVariable(tuple(items), cls=cls)
         if is_model_output(cls):  # [Note: model outputs]
             return ModelOutputVariable.build(cls, args, kwargs)
+        if cls is contextlib.nullcontext:  # a `with` that does nothing (its metaclass: ABCMeta)
+            from .ctx_manager import NullContextVariable
+
+            values = [*args, *kwargs.values()]
+            if len(values) > 1 or set(kwargs) - {"enter_result"}:
+                raise UserErrorInTrace(TypeError("nullcontext() takes one optional argument"))
+            return NullContextVariable(values[0] if values else ConstantVariable(None))
         if cls.__new__ is not object.__new__ or type(cls) is not type:
             unimplemented(f"constructing a {cls.__qualname__} (custom __new__ or metaclass)")
         if inspect.getattr_static(cls, "__setattr__") is not object.__setattr__:
