@@ -25,7 +25,7 @@ from .utils import get_example_value
 from .variables.base import VariableTracker, children
 from .variables.builder import wrap_fx_proxy
 from .variables.functions import CellVariable
-from .variables.tensor import TensorVariable
+from .variables.tensor import TensorVariable, value_bounds
 
 
 class OutputGraph:
@@ -89,7 +89,9 @@ class OutputGraph:
         proxy = self.tracer.create_proxy(kind, target, proxy_args, proxy_kwargs)
         if self.location is not None:
             proxy.node.meta["stack_trace"] = self.location
-        return wrap_fx_proxy(self, proxy, example, device)
+        result = wrap_fx_proxy(self, proxy, example, device)
+        bounds = value_bounds(target, args, example)  # [Note: value bounds]
+        return result if bounds is None else result.clone(bounds=bounds)
 
     def global_source(self, f_globals: dict[str, Any], name: str) -> str | None:
         """How guards and inputs name a global of ``f_globals`` (None: do not guard it)."""

@@ -345,3 +345,53 @@ def test_a_break_inside_a_callee_leaves_none_of_its_guards(backend):
                 ".w" in g.expr], [g.expr for g in entry.guards]
     assert [n for n in entry.graph.graph.nodes if n.op == "placeholder"] == [
         next(iter(entry.graph.graph.nodes))]  # x alone
+
+
+class LayerDrop(torch.nn.Module):
+    """BART's layer drop (transformers 5.17): in training, each layer is skipped when
+    ``torch.rand([]) < self.layerdrop``, which configs set to 0.0."""
+
+    def __init__(self, layerdrop, n=12):
+        super().__init__()
+        self.layers = torch.nn.ModuleList([torch.nn.Linear(4, 4) for _ in range(n)])
+        self.layerdrop = layerdrop
+
+    def forward(self, x):
+        for layer in self.layers:
+            to_drop = False
+            if self.training:
+                dropout_probability = torch.rand([])
+                if dropout_probability < self.layerdrop:  # skip the layer
+                    to_drop = True
+            if not to_drop:
+                x = layer(x).relu()
+        return x
+
+
+def test_comparing_rand_outside_its_range_is_known(backend, no_fallback):
+    """torch.rand's values lie in [0, 1): ``rand < 0.0`` is False whatever they are, so
+    the branch on it is decided at trace time ([Note: value bounds])."""
+    m = LayerDrop(0.0)
+    opt = dynamo.optimize(backend, fullgraph=True)(m.forward)
+    x = torch.randn(2, 4)
+    torch.testing.assert_close(opt(x), m(x))
+    opt(x)
+    assert len(backend.graphs) == 1
+    code = backend.graphs[0].code
+    assert "torch.rand(" in code  # still drawn, as in eager
+
+
+@pytest.mark.parametrize("threshold", [0.5, float("nan")])
+def test_comparing_rand_inside_its_range_still_breaks(backend, threshold):
+    def f(x):
+        if torch.rand([]) < threshold:
+            return x + 1
+        return x - 1
+
+    x = torch.zeros(3)
+    opt = dynamo.optimize(backend)(f)
+    torch.manual_seed(0)
+    got = opt(x)
+    torch.manual_seed(0)
+    torch.testing.assert_close(got, f(x))
+    assert len(backend.graphs) >= 2  # the branch was taken in Python, after the graph

@@ -59,9 +59,19 @@ class TensorVariable(VariableTracker):
     example: torch.Tensor  # on the meta device; see [Note: example values]
     device: torch.device  # the device the real tensor lives on
     cls: type = torch.Tensor  # torch.nn.Parameter for parameters
+    # every element lies in [low, high], when an op promises it: [Note: value bounds]
+    bounds: tuple[float, float] | None = None
 
     def python_type(self) -> type:
         return self.cls
+
+    def truth(self, tx: InstructionTranslator) -> bool:
+        """``if t:`` on a one-element tensor whose value is known (a comparison decided by
+        its operand's bounds); any other tensor's truth needs its data (a break)."""
+        if self.bounds is not None and self.bounds[0] == self.bounds[1] \
+                and isinstance(self.example.numel(), int) and self.example.numel() == 1:
+            return bool(self.bounds[0])
+        return super().truth(tx)
 
     def as_proxy(self) -> Any:
         return self.proxy
@@ -119,6 +129,53 @@ class TensorVariable(VariableTracker):
     def __repr__(self) -> str:
         shape = tuple(self.example.shape)
         return f"TensorVariable({self.proxy.node.name}, {self.example.dtype}, {shape})"
+
+
+# --8<-- [start:value-bounds]
+# [Note: value bounds]
+# ``if torch.rand([]) < self.layerdrop:`` decides, in training, whether BART skips a layer
+# (transformers 5.17). A branch on a tensor's value is a graph break, and this one sits in
+# the loop over the layers, so the resume function took the remaining layers and was
+# compiled again at every layer, until the recompile limit. But the config's layerdrop is
+# 0.0, and torch.rand promises values in [0, 1): ``rand < 0.0`` is False whatever it draws.
+# So a tracker may carry bounds that every element of its tensor keeps, from the op that made
+# it (only torch.rand and rand_like promise any); comparing a bounded tensor with a number
+# that lies outside the bounds gives a tensor that is all True or all False, bounds (1, 1)
+# or (0, 0), and ``if`` on a one-element one is decided at trace time. The draw stays in the
+# graph, as in eager; the number was guarded where it was read (``self.layerdrop == 0.0``).
+# Inside the bounds (``rand < 0.5``) nothing is known, and the branch still breaks.
+_COMPARISONS = {
+    # op: (every value in [low, high] satisfies ``value op c``, none does)
+    operator.lt: (lambda lo, hi, c: hi < c, lambda lo, hi, c: lo >= c),
+    operator.le: (lambda lo, hi, c: hi <= c, lambda lo, hi, c: lo > c),
+    operator.gt: (lambda lo, hi, c: lo > c, lambda lo, hi, c: hi <= c),
+    operator.ge: (lambda lo, hi, c: lo >= c, lambda lo, hi, c: hi < c),
+}
+_FLIPPED = {operator.lt: operator.gt, operator.le: operator.ge,
+            operator.gt: operator.lt, operator.ge: operator.le}
+
+
+def value_bounds(target: Any, args: list[VariableTracker], example: Any
+                 ) -> tuple[float, float] | None:
+    """The bounds of the result of ``target(*args)``, when the op promises any."""
+    if not isinstance(example, torch.Tensor):
+        return None
+    if target in (torch.rand, torch.rand_like) and example.dtype.is_floating_point:
+        return (0.0, 1.0)  # [0, 1), closed here: the bounds only need to hold
+    if target in _COMPARISONS and len(args) == 2:
+        (a, b), op = args, target
+        if not isinstance(a, TensorVariable):
+            (a, b), op = (b, a), _FLIPPED[target]  # ``c > t`` is ``t < c``
+        if not (isinstance(a, TensorVariable) and a.bounds is not None
+                and isinstance(b, ConstantVariable) and type(b.value) in (int, float)):
+            return None
+        always, never = _COMPARISONS[op]
+        if always(*a.bounds, b.value):
+            return (1, 1)
+        if never(*a.bounds, b.value):
+            return (0, 0)
+    return None
+# --8<-- [end:value-bounds]
 
 
 def _specialized(value: Any) -> Any:
