@@ -37,6 +37,7 @@ from inductor.codecache import CppCodeCache, TritonCodeCache, exec_python_source
 from inductor.codegen.cpp import generate_cpp_kernel
 from inductor.codegen.triton import KernelSource, generate_triton_kernel, interpreting
 from inductor.codegen.wrapper import WrapperCodeGen, fallback_wrapper_source
+from inductor.constant_folding import fold_constants
 from inductor.cudagraphs import CudaGraphRunner, wants_cudagraphs
 from inductor.exc import CompileError
 from inductor.graph import GraphLowering
@@ -196,18 +197,17 @@ def compile_fx_inner(prims_gm: torch.fx.GraphModule, example_inputs: list[Any], 
 # [Note: tensor constants]
 # A tensor made inside the traced code from Python values, ``torch.tensor(d_head) ** 0.5``
 # (DeBERTa scales its attention so), is no input of the graph: tracing stores it on the graph
-# module as an attribute (``_tensor_constant0``) that a ``get_attr`` node reads. The lowering
-# turns inputs into buffers and knows nothing of attributes, so before lowering every such
-# node becomes one more placeholder, and the compiled call passes the tensors it holds after
-# the caller's arguments. (PyTorch's inductor keeps constants as named attributes of its
-# generated module instead; passing them is the same thing, printed differently.) A constant
-# on another device than the graph's inputs, DeBERTa's CPU scalar in a model on the GPU, is
-# not lifted: the ops that follow it are traced on the CPU, the buffers the wrapper would
-# give them too, and a Triton kernel cannot reach host memory (it failed at the launch).
-# Run op by op (the "fallback" target), DeBERTa's training step took 4.5 times eager's time
-# on the H200, so such a graph is a compile error instead, and dynamo runs its frame eagerly
-# with one warning. The real fix is constant folding: computing the constant's CPU-only
-# descendants at compile time and moving the result, a scalar, to the GPU; left for later.
+# module as an attribute (``_tensor_constant0``) that a ``get_attr`` node reads. First, what
+# the constants alone decide is computed now ([Note: constant folding]), and a 0-dim result
+# becomes a number in the kernels. The lowering turns inputs into buffers and knows nothing of
+# attributes, so every ``get_attr`` left then becomes one more placeholder, and the compiled
+# call passes the tensors it holds after the caller's arguments. (PyTorch's inductor keeps
+# constants as named attributes of its generated module instead; passing them is the same
+# thing, printed differently.) A constant with dims on another device than the graph's
+# inputs is a compile error, and dynamo runs its frame eagerly with one warning: the ops that
+# read it are traced on its device, the buffers the wrapper would give them too, and a
+# Triton kernel cannot reach host memory. (DeBERTa's CPU scalar was such a constant before
+# folding; run op by op, its training step took 4.5 times eager's time on the H200.)
 def tensor_constants(gm: torch.fx.GraphModule) -> list[torch.fx.Node]:
     """The ``get_attr`` nodes of ``gm`` that read a tensor."""
     return [n for n in gm.graph.nodes if n.op == "get_attr"
@@ -216,9 +216,13 @@ def tensor_constants(gm: torch.fx.GraphModule) -> list[torch.fx.Node]:
 
 def compile_with_constants(prims_gm: torch.fx.GraphModule, example_inputs: list[Any],
                            target: str, mode: str) -> CompiledGraph:
-    """``compile_fx_inner`` of ``prims_gm`` with its tensor constants lifted to inputs that
-    the compiled call passes itself; a CompileError if one lives off the inputs' device."""
+    """``compile_fx_inner`` of ``prims_gm`` with its constants folded and the tensors left
+    lifted to inputs that the compiled call passes itself; a CompileError if one of those
+    lives off the inputs' device."""
     devices = {t.device for t in example_inputs if isinstance(t, torch.Tensor)}
+    kernels_device = next((t.device for t in example_inputs if isinstance(t, torch.Tensor)),
+                          torch.device("cpu"))  # as GraphLowering.device() says
+    fold_constants(prims_gm, kernels_device)  # [Note: constant folding]
     elsewhere = {operator.attrgetter(n.target)(prims_gm).device
                  for n in tensor_constants(prims_gm)} - (devices or {torch.device("cpu")})
     if elsewhere:
