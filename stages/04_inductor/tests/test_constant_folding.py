@@ -14,7 +14,7 @@ import torch
 import torch.fx
 from inductor.constant_folding import fold_constants, foldable
 from inductor.exc import CompileError
-from inductor_testing import PrimsBuilder, assert_close, meta_of
+from inductor_testing import PrimsBuilder, assert_close, device_for, meta_of, to_target
 from primtorch import prims
 
 import driver
@@ -103,10 +103,11 @@ def test_folded_constants_leave_the_kernels(target):
     """The multiply and square root of the constant run once, at compile time: the kernel
     reads the result as a literal and computes only the division."""
     x = torch.randn(3, 4)
-    gm = graph_with_constants(deberta_scale, [x], {"_tensor_constant0": torch.tensor(64.0)})
-    compiled = inductor.compile_fx_inner(gm, [x], target=target)
-    (out,) = compiled(x)
-    assert_close(out, x / torch.sqrt(torch.tensor(64.0) * 2), rtol=0, atol=0)
+    (gx,) = to_target([x], target)  # on a GPU, beside the CPU constant: DeBERTa's case
+    gm = graph_with_constants(deberta_scale, [gx], {"_tensor_constant0": torch.tensor(64.0)})
+    compiled = inductor.compile_fx_inner(gm, [gx], target=target)
+    (out,) = compiled(gx)
+    assert_close(out, x / torch.sqrt(torch.tensor(64.0) * 2))
     assert compiled.kernel_count == 1
     assert "sqrt" not in compiled.artifacts["loop_ir"]
     literal = repr(torch.sqrt(torch.tensor(128.0)).item())  # the float32 root, exactly
@@ -196,33 +197,38 @@ def deberta_attention_scale(q):
     return q / scale.to(dtype=q.dtype)
 
 
-def scalar_of_another_dtype(q):
-    """A float32 (or float64) 0-dim tensor beside ``q``: eager keeps ``q``'s dtype, as for a
-    Python number, and computes with the scalar's own value."""
-    return q * torch.sqrt(torch.tensor(q.size(-1), dtype=torch.float) * 3) + \
-        torch.tensor(0.1, dtype=torch.float64) * torch.tensor(7) // 2
+def float32_scalar(q):
+    """A float32 0-dim tensor beside ``q`` (no cast): eager keeps ``q``'s dtype, as for a
+    Python number, and computes with the scalar's own float32 value."""
+    return q * torch.sqrt(torch.tensor(q.size(-1), dtype=torch.float) * 3)
+
+
+def float64_scalar(q):
+    return q / (torch.tensor(q.size(-1), dtype=torch.float64) * 0.1)
 
 
 def vector_constant(q):
     return q + torch.tensor([1.0, 2.0, 3.0, 4.0]).sqrt().to(q.dtype) * 2
 
 
-@pytest.mark.parametrize("fn", [deberta_attention_scale, scalar_of_another_dtype,
+@pytest.mark.parametrize("fn", [deberta_attention_scale, float32_scalar, float64_scalar,
                                 vector_constant], ids=lambda fn: fn.__name__)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("target", TARGETS)
 def test_constants_made_in_traced_code_match_eager(fn, dtype, target):
-    """Forward and gradient as eager computes them, to the bit; no sqrt left in the graphs."""
-    q = torch.randn(2, 3, 4).to(dtype).requires_grad_()
+    """Forward and gradient as eager computes them (to the bit on the CPU); no sqrt left in
+    the graphs. On a GPU, ``q`` is there and the constants on the CPU, as in DeBERTa."""
+    q = torch.randn(2, 3, 4).to(dtype).to(device_for(target)).requires_grad_()
+    exact = {"rtol": 0, "atol": 0} if q.device.type == "cpu" else {}
     fast = driver.compile(fn, options={"target": target})
     with warnings.catch_warnings():
         warnings.simplefilter("error", dynamo.FallbackWarning)
         got = fast(q)
     want = fn(q)
     assert got.dtype == want.dtype
-    assert_close(got, want, rtol=0, atol=0)
+    assert_close(got, want.cpu(), **exact)
     (grad,) = torch.autograd.grad(got.sum(), q)
-    assert_close(grad, torch.autograd.grad(want.sum(), q)[0], rtol=0, atol=0)
+    assert_close(grad, torch.autograd.grad(want.sum(), q)[0].cpu(), **exact)
     graphs = [v for r in fast.graphs for k, v in r.artifacts.items() if "prims_graph" in k]
     assert len(graphs) == 2 and not any("sqrt" in g for g in graphs)
 
