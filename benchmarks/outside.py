@@ -11,12 +11,14 @@ frames minipt2 ran eagerly (a ``FallbackWarning``) or split (graph count).
 
 Each model runs in a process of its own (``--one NAME``), under a time limit, so that one
 model's crash or hang is a row, not the end of the run. Needs a CUDA device; on the CPU it
-runs the small sizes (``--size cpu``), for trying the script out.
+runs the small sizes (``--size cpu``), for trying the script out. ``--jobs 8`` runs eight
+children at once: a sweep for errors, fallbacks and graph counts, not for times.
 """
 
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import json
 import os
 import subprocess
@@ -83,6 +85,10 @@ def _hf_loss(out):
     return logits.float().square().mean()
 
 
+# a decoder of about 130M parameters: the libraries' default configs are 1-20B
+SMALL_LM = dict(hidden_size=1024, num_hidden_layers=8, num_attention_heads=16,
+                num_key_value_heads=4, intermediate_size=2816, vocab_size=32000)
+
 MODELS = {
     "resnet50": _tv("resnet50", 64, 224),
     "mobilenet_v3_large": _tv("mobilenet_v3_large", 64, 224),
@@ -90,13 +96,32 @@ MODELS = {
     "convnext_tiny": _tv("convnext_tiny", 32, 224),
     "bert": _hf("BertConfig", "BertForMaskedLM", {}, 8, 512),
     "gpt2": _hf("GPT2Config", "GPT2LMHeadModel", {}, 8, 512),
-    "llama": _hf("LlamaConfig", "LlamaForCausalLM",
-                 dict(hidden_size=1024, num_hidden_layers=8, num_attention_heads=16,
-                      num_key_value_heads=4, intermediate_size=2816, vocab_size=32000), 8, 512),
+    "llama": _hf("LlamaConfig", "LlamaForCausalLM", SMALL_LM, 8, 512),
     "mistral": _hf("MistralConfig", "MistralForCausalLM",  # grouped-query attention
-                   dict(hidden_size=1024, num_hidden_layers=8, num_attention_heads=16,
-                        num_key_value_heads=4, intermediate_size=2816, vocab_size=32000,
-                        sliding_window=None), 8, 512),
+                   dict(SMALL_LM, sliding_window=None), 8, 512),
+    # the wider sweep: more architectures, for correctness and fallbacks first
+    "efficientnet_b0": _tv("efficientnet_b0", 64, 224),
+    "densenet121": _tv("densenet121", 32, 224),
+    "swin_t": _tv("swin_t", 32, 224),
+    "regnet_y_400mf": _tv("regnet_y_400mf", 64, 224),
+    "shufflenet_v2_x1_0": _tv("shufflenet_v2_x1_0", 64, 224),
+    "squeezenet1_0": _tv("squeezenet1_0", 64, 224),
+    "vgg11_bn": _tv("vgg11_bn", 32, 224),
+    "resnext50_32x4d": _tv("resnext50_32x4d", 32, 224),
+    "maxvit_t": _tv("maxvit_t", 16, 224),
+    # positions start after the padding index, as in roberta-base: 512 tokens need 514
+    "roberta": _hf("RobertaConfig", "RobertaForMaskedLM", dict(max_position_embeddings=514),
+                   8, 512),
+    "electra": _hf("ElectraConfig", "ElectraForMaskedLM", {}, 8, 512),
+    "albert": _hf("AlbertConfig", "AlbertForMaskedLM",
+                  dict(hidden_size=768, num_attention_heads=12, intermediate_size=3072), 8, 512),
+    "opt": _hf("OPTConfig", "OPTForCausalLM", {}, 8, 512),
+    "qwen2": _hf("Qwen2Config", "Qwen2ForCausalLM", SMALL_LM, 8, 512),
+    "gemma": _hf("GemmaConfig", "GemmaForCausalLM", dict(SMALL_LM, head_dim=64), 8, 512),
+    "phi": _hf("PhiConfig", "PhiForCausalLM", dict(SMALL_LM, intermediate_size=4096), 8, 512),
+    "gpt_neox": _hf("GPTNeoXConfig", "GPTNeoXForCausalLM",
+                    dict(SMALL_LM, intermediate_size=4096), 8, 512),
+    "falcon": _hf("FalconConfig", "FalconForCausalLM", SMALL_LM, 8, 512),
     "deberta_v2": _hf("DebertaV2Config", "DebertaV2ForMaskedLM", {}, 8, 512),
     "bart": _hf("BartConfig", "BartForConditionalGeneration", {}, 8, 256, seq2seq=True),
     "t5": _hf("T5Config", "T5ForConditionalGeneration",
@@ -192,6 +217,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--no-torch-compile", action="store_true")
     p.add_argument("--timeout", type=int, default=240, help="seconds per model and kind")
     p.add_argument("--out", default=None, help="write the rows as JSON here")
+    p.add_argument("--jobs", type=int, default=1,
+                   help="children at once (>1: a sweep; the times are then not comparable)")
     p.add_argument("--one", default=None, help=argparse.SUPPRESS)  # NAME:KIND, in a child
     a = p.parse_args(argv)
     device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -203,7 +230,7 @@ def main(argv: list[str] | None = None) -> None:
         print("ROW " + json.dumps(row), flush=True)
         return
     names = list(MODELS) if a.models == "all" else a.models.split(",")
-    rows = []
+    jobs = []
     for name in names:
         library = MODELS[name][0]
         try:
@@ -211,25 +238,35 @@ def main(argv: list[str] | None = None) -> None:
         except ImportError:
             print(f"{name}: skipped ({library} is not installed)")
             continue
-        for kind in a.kinds.split(","):
-            cmd = [sys.executable, __file__, "--one", f"{name}:{kind}", "--dtype", a.dtype,
-                   "--size", size] + (["--no-torch-compile"] if a.no_torch_compile else [])
-            start = time.perf_counter()
-            try:
-                done = subprocess.run(cmd, capture_output=True, text=True, timeout=a.timeout)
-                found = [line[4:] for line in done.stdout.splitlines()
-                         if line.startswith("ROW ")]
-                row = json.loads(found[0]) if found else {
-                    "model": name, "kind": kind,
-                    "failed": (done.stderr.strip().splitlines() or ["?"])[-1][:300]}
-            except subprocess.TimeoutExpired:
-                row = {"model": name, "kind": kind, "failed": f"timeout {a.timeout}s"}
-            row["wall_s"] = round(time.perf_counter() - start, 1)
-            rows.append(row)
-            print(line_of(row), flush=True)
+        jobs += [(name, kind) for kind in a.kinds.split(",")]
+    # --jobs > 1 runs children side by side: a sweep for errors, fallbacks and graph counts,
+    # whose times are not comparable (the rows share the GPU and the host)
+    with concurrent.futures.ThreadPoolExecutor(max(1, a.jobs)) as pool:
+        futures = [pool.submit(run_child, name, kind, a, size) for name, kind in jobs]
+        rows = []
+        for future in concurrent.futures.as_completed(futures):
+            rows.append(future.result())
+            print(line_of(rows[-1]), flush=True)
     if a.out:
         with open(a.out, "w") as f:
             json.dump(rows, f, indent=1)
+
+
+def run_child(name: str, kind: str, a: argparse.Namespace, size: str) -> dict:
+    """One model and kind in a process of its own, under ``--timeout``: its row."""
+    cmd = [sys.executable, __file__, "--one", f"{name}:{kind}", "--dtype", a.dtype,
+           "--size", size] + (["--no-torch-compile"] if a.no_torch_compile else [])
+    start = time.perf_counter()
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=a.timeout)
+        found = [line[4:] for line in done.stdout.splitlines() if line.startswith("ROW ")]
+        row = json.loads(found[0]) if found else {
+            "model": name, "kind": kind,
+            "failed": (done.stderr.strip().splitlines() or ["?"])[-1][:300]}
+    except subprocess.TimeoutExpired:
+        row = {"model": name, "kind": kind, "failed": f"timeout {a.timeout}s"}
+    row["wall_s"] = round(time.perf_counter() - start, 1)
+    return row
 
 
 def line_of(r: dict) -> str:
