@@ -143,6 +143,7 @@ class Launcher:
         self.runtime_knobs = knobs.runtime
         self.stream_of: Any = None  # device -> its current CUDA stream (set by the first
         self.current_device: Any = None  # launch that returns a variant: on a GPU only)
+        self.refused: set[tuple] = set()  # keys whose direct launch raised: Triton's way
 
     def __getitem__(self, grid: Any) -> Launcher:
         self.grid = grid
@@ -162,15 +163,27 @@ class Launcher:
         g = grid(options) if callable(grid) else grid  # the wrapper's grids are (x, y, z)
         if len(g) != 3:
             g = (*g, 1, 1)[:3]
-        launch(*g, self.stream_of(self.current_device()), *head, *pointers, *rest)
+        try:
+            launch(*g, self.stream_of(self.current_device()), *head, *pointers, *rest)
+        except TypeError:  # [Note: a refused direct launch]
+            self.refuse(args, options)
+            return self.fn[grid](*args, **options)
         return compiled
+
+    def refuse(self, args: tuple, options: dict[str, Any]) -> None:
+        """Launch this variant Triton's way from now on ([Note: a refused direct launch])."""
+        key = self._key(args, options)
+        self.refused.add(key)
+        self.variants.pop(key, None)
 
     def variant(self, args: tuple, options: dict[str, Any]) -> tuple | None:
         """What a direct launch of ``args`` would call, (launch, head, constexprs, compiled),
         or None while Triton's path has not yet compiled and stored that variant."""
-        key = (_key_and_pointers(args, options) if self.pointers is None else
-               _site_key(args, options, self.pointers))[0]
-        return self.variants.get(key)
+        return self.variants.get(self._key(args, options))
+
+    def _key(self, args: tuple, options: dict[str, Any]) -> tuple:
+        return (_key_and_pointers(args, options) if self.pointers is None else
+                _site_key(args, options, self.pointers))[0]
 
     def _first_launch(self, grid: Any, key: tuple, args: tuple, options: dict) -> Any:
         compiled = self.fn[grid](*args, **options)
@@ -187,8 +200,9 @@ class Launcher:
                                               driver.active.get_current_device)
             # the parameters after the positional ones are the constexprs (XBLOCK, ...):
             # the launcher takes every parameter in order and skips the constexprs itself
-            self.variants[key] = (*_direct_call(compiled), [options[n] for n in rest_names],
-                                  compiled)
+            if key not in self.refused:
+                self.variants[key] = (*_direct_call(compiled),
+                                      [options[n] for n in rest_names], compiled)
         return compiled
 
 
@@ -218,26 +232,31 @@ class LaunchSite:
     def __init__(self, launcher: Launcher, grid: tuple[int, int, int], sizes: tuple,
                  options: dict[str, Any]) -> None:
         self.launcher, self.grid, self.sizes, self.options = launcher, grid, sizes, options
-        self.direct: tuple | None = None  # (launch, head, sizes + constexprs): once known
+        # (launch, head, sizes + constexprs) once known; False after a refused direct launch
+        self.direct: tuple | None | bool = None
 
     def __call__(self, *buffers: torch.Tensor) -> Any:
         direct = self.direct
-        if direct is not None:
+        if direct:
             addresses = [b.data_ptr() for b in buffers]
             knobs = self.launcher.runtime_knobs
             if not (functools.reduce(operator.or_, addresses, 0) & 15
                     or _hooked(knobs.launch_enter_hook) or _hooked(knobs.launch_exit_hook)):
                 launch, head, tail = direct
                 launcher = self.launcher
-                return launch(*self.grid, launcher.stream_of(launcher.current_device()), *head,
-                              *addresses, *tail)
+                try:
+                    return launch(*self.grid, launcher.stream_of(launcher.current_device()),
+                                  *head, *addresses, *tail)
+                except TypeError:  # [Note: a refused direct launch]
+                    self.direct = False
+                    self.launcher.refuse((*buffers, *self.sizes), self.options)
         return self._through_launcher(buffers)
 
     def _through_launcher(self, buffers: tuple) -> Any:
         """Launch the Launcher's way; after an all-aligned launch, keep its variant."""
         args = (*buffers, *self.sizes)
         compiled = self.launcher[self.grid](*args, **self.options)
-        if self.direct is None and not any(b.data_ptr() & 15 for b in buffers):
+        if self.direct is None and not any(b.data_ptr() & 15 for b in buffers):  # (not False)
             found = self.launcher.variant(args, self.options)
             if found is not None:
                 launch, head, constexprs, _ = found
@@ -256,6 +275,19 @@ def bind_launch(kernel: Any, grid: tuple[int, int, int], sizes: tuple,
         return kernel[grid](*buffers, *sizes, **options)
     return launch
 # --8<-- [end:launch-sites]
+
+
+# --8<-- [start:refused]
+# [Note: a refused direct launch]
+# Once, in a sweep of eight models compiling side by side on one GPU host (RoBERTa
+# inference), a direct launch raised ``TypeError: function takes exactly 19 arguments (22
+# given)``: the C launch stored for that key took fewer arguments than the kernel has. It
+# did not happen again when the model ran alone, and we have not found the cause. A C
+# launch checks its argument count before it touches the GPU, so nothing ran: the launch is
+# retried Triton's way, which binds the arguments to the kernel's own signature and picks
+# the variant itself, and that key (or launch site) never goes the direct way again. A
+# wrong argument from the wrapper would fail Triton's way too, with Triton's error.
+# --8<-- [end:refused]
 
 
 def _hooked(hook: Any) -> bool:

@@ -219,6 +219,8 @@ def test_constants_made_in_traced_code_match_eager(fn, dtype, target):
     """Forward and gradient as eager computes them (to the bit on the CPU); no sqrt left in
     the graphs. On a GPU, ``q`` is there and the constants on the CPU, as in DeBERTa."""
     q = torch.randn(2, 3, 4).to(dtype).to(device_for(target)).requires_grad_()
+    if fn is vector_constant and q.device.type != "cpu":
+        pytest.skip("eager itself refuses a CPU vector next to a GPU tensor")
     exact = {"rtol": 0, "atol": 0} if q.device.type == "cpu" else {}
     fast = driver.compile(fn, options={"target": target})
     with warnings.catch_warnings():

@@ -405,3 +405,38 @@ def test_a_site_of_a_plain_kernel_is_its_launch_line():
     site(x, x)
     site(x, x)
     assert [args for _, args, _ in fn.slow] == [(x, x, 64, 8)] * 2
+
+
+@pytest.mark.parametrize("through", ["launcher", "site"])
+def test_a_refused_direct_launch_goes_tritons_way_from_then_on(through):
+    """[Note: a refused direct launch]: a C launch that rejects its arguments (it raises
+    before touching the GPU) is retried Triton's way, and that key never goes direct again."""
+    refused = []
+
+    class Refusing(Compiled):
+        def run(self, *args):
+            refused.append(args)
+            raise TypeError("function takes exactly 19 arguments (22 given)")
+
+    class RefusingJitFn(JitFn):
+        def __getitem__(self, grid):
+            def launch_(*args, **options):
+                super(RefusingJitFn, self).__getitem__(grid)(*args, **options)
+                return Refusing(len(self.slow))
+            return launch_
+
+    fn = RefusingJitFn()
+    launch = launcher.Launcher(fn)
+    launch.current_device, launch.stream_of = (lambda: 0), (lambda device: 1234)
+    x, out = torch.zeros(64), torch.zeros(64)
+    if through == "site":
+        site = launcher.bind_launch(launch, (2, 1, 1), (64,), XBLOCK=32)
+        call = lambda: site(x, out)  # noqa: E731
+    else:
+        call = lambda: launch[grid(64)](x, out, 64, XBLOCK=32)  # noqa: E731
+    call()  # Triton's way: compiles the variant
+    call()  # direct: refused, then Triton's way again
+    assert len(refused) == 1 and len(fn.slow) == 2
+    call()
+    call()
+    assert len(refused) == 1 and len(fn.slow) == 4  # never direct again
