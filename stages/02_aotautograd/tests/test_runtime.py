@@ -250,3 +250,26 @@ def test_a_saved_none_stays_none_as_a_backward_example_input():
     assert example_value(size) == 7
     made = example_value(tensor)
     assert made.shape == (3, 2) and made.stride() == (1, 3)
+
+
+@pytest.mark.parametrize("transforms", [False, True])
+def test_the_function_is_applied_by_autograds_c_apply_unless_functorch_is_active(
+        transforms, monkeypatch):
+    """[Note: applying the Function]: without a functorch transform the runtime calls the C
+    ``apply`` itself, skipping ``Function.apply``'s Python; with one, it goes through it."""
+    x = torch.randn(4, 3, requires_grad=True)
+    compiled = compile_module(lambda x: (x.sin() * 2).sum(), [x])
+    entry = next(iter(compiled.entries.values()))
+    python_applies = []
+    c_apply = super(torch.autograd.Function, entry.autograd_function).apply
+
+    def counted(*args):  # (the real one would take functorch's path: none is active)
+        python_applies.append(len(args))
+        return c_apply(*args)
+    monkeypatch.setattr(entry.autograd_function, "apply", counted)
+    with monkeypatch.context() as patch:
+        patch.setattr(torch._C, "_are_functorch_transforms_active", lambda: transforms)
+        loss = compiled(x)[0]
+    loss.backward()
+    assert len(python_applies) == (1 if transforms else 0)
+    torch.testing.assert_close(x.grad, 2 * x.detach().cos())
