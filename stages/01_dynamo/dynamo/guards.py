@@ -224,7 +224,7 @@ def compile_guards(guards: Sequence[Guard], params: Sequence[str],
     implied = _implied_by_size(guards)
     checked = [ast.parse(g.expr, mode="eval").body for g in guards if g.expr not in implied]
     inputs = [ast.parse(source, mode="eval").body for source in input_sources]
-    pinned = {g.source for g in guards if g.kind == "ID"}
+    pinned = {g.source for g in guards if g.kind in ("ID", "TYPE")}  # their class is fixed
     gen = _CheckCodegen(params, checked + inputs, pinned, _Examples(example))
     for tree in checked:
         gen.add_guard(tree)
@@ -256,7 +256,7 @@ def compile_guards(guards: Sequence[Guard], params: Sequence[str],
 #         try:
 #             ___s0 = torch.Tensor
 #             if not (not torch.is_grad_enabled()
-#                 and id(self) == 1403...
+#                 and type(self) is ___s1 ...
 #                 and type(idx) is ___s0 and ...):
 #                 return None
 #             ___s2 = self.__dict__
@@ -285,13 +285,14 @@ def compile_guards(guards: Sequence[Guard], params: Sequence[str],
 #   list): ``x.ndim == 2`` when ``x.size() == (8, 8)`` is checked too.
 # What may change between two calls, and which guard sees it: a parameter replaced (the
 # table holds another tensor, whose guards are checked; a tied weight's ALIAS guard fails),
-# a submodule replaced (its identity guard), ``requires_grad`` flipped or ``.data`` swapped
-# for another shape, dtype or device (tensor guards, read again on every call), an attribute
-# changed (``training``, ``eps``: value guards), a block appended to a ModuleList (its length
-# guard). Nothing is remembered from one call to the next; only reads *within* a call are
-# shared. A source that raises (a block deleted) makes the call a miss, as
-# ``first_failing_guard`` reports it. Assumed, as everywhere in dynamo (a method's code is
-# not guarded either): classes are not changed after compiling.
+# a submodule replaced (its type guard, and the guards on what the trace read from it),
+# ``requires_grad`` flipped or ``.data`` swapped for another shape, dtype or device (tensor
+# guards, read again on every call), an attribute changed (``training``, ``eps``: value
+# guards), a block appended to a ModuleList (its length guard). Nothing is remembered from
+# one call to the next; only reads *within* a call are shared. A source that raises (a
+# block deleted) makes the call a miss, as ``first_failing_guard`` reports it. Assumed, as
+# everywhere in dynamo (a method's code is not guarded either): classes are not changed
+# after compiling.
 
 
 class _CheckCodegen:
@@ -355,7 +356,7 @@ class _CheckCodegen:
     def _in_tables(self, node: ast.expr) -> str | None:
         """The table (``_parameters``, ``_buffers``, ``_modules``) in which
         ``nn.Module.__getattr__`` finds ``node`` (``owner.weight``, ``module_list[3]``), if
-        ``owner`` is a module that the guards pin by identity; else None."""
+        ``owner`` is a module whose class the guards pin (by type or identity); else None."""
         if not isinstance(node, (ast.Attribute, ast.Subscript)):
             return None
         owner_text = ast.unparse(_chain_parent(node))
@@ -379,7 +380,7 @@ class _CheckCodegen:
         find it, without first failing a normal lookup (a raised and caught AttributeError:
         1 us per read). The lookup order is kept by checking, before the read, that the name
         is in no place Python or ``__getattr__`` looks first; the module's own class is
-        pinned by its identity guard."""
+        pinned by its type guard, checked before."""
         table = self._in_tables(node)
         if table is None:
             return ast.unparse(_with_parent(node, parent))

@@ -39,6 +39,7 @@ class OutputGraph:
         self.input_sources: list[str] = []  # placeholder i is fetched by input_sources[i]
         self.example_inputs: list[torch.Tensor] = []  # the real tensors of this call
         self.input_tensors: dict[int, TensorVariable] = {}  # id(real tensor) -> tracker
+        self.input_modules: dict[int, VariableTracker] = {}  # id(real module) -> tracker
         self.location: str | None = None  # user source line, for node.meta["stack_trace"]
         self.side_effects = SideEffects()
         self.wrap_cache: dict[str, VariableTracker] = {}  # source -> its tracker

@@ -127,8 +127,11 @@ class SideEffects:
                                        {"file": stream.reconstruct(rt)}))
         for container in self.mutated.values():
             _write_back(container, rt)
-        for obj, _, name, value in self.attr_writes.values():
-            setattr(obj, name, value.reconstruct(rt))
+        for obj, owner, name, value in self.attr_writes.values():
+            # the object of *this* call: an entry serves every instance of a module's class
+            # ([Note: module guards]), so the one traced is not the one to write to
+            target = obj if owner.source is None else owner.reconstruct(rt)
+            setattr(target, name, value.reconstruct(rt))
         for f_globals, name, value in self.global_writes.values():
             f_globals[name] = value.reconstruct(rt)
 

@@ -4,6 +4,7 @@ shapes (a GPT-2-style transformer, a ResNet-style CNN with BatchNorm)."""
 from __future__ import annotations
 
 import math
+import types
 import warnings
 
 import dynamo
@@ -267,9 +268,14 @@ def test_attribute_change_is_guarded(backend):
     with torch.no_grad():
         model.fc1.weight.mul_(2)  # in place: same graph, new values
     torch.testing.assert_close(opt(x), model(x))
-    model.fc2 = nn.Linear(16, 8)  # a new submodule: identity guard fails
+    model.fc2 = nn.Linear(16, 8)  # a new submodule of the same class: its weights, same graph
     torch.testing.assert_close(opt(x), model(x))
-    assert backend.calls == 3
+    assert backend.calls == 2
+    model.fc2 = nn.Linear(16, 8, bias=False)  # a bias the graph does not have: recompiles
+    torch.testing.assert_close(opt(x), model(x))
+    model.fc2 = nn.Sequential(nn.Linear(16, 8))  # another class: recompiles
+    torch.testing.assert_close(opt(x), model(x))
+    assert backend.calls == 4
 
 
 def test_attribute_write_is_replayed(backend):
@@ -428,3 +434,35 @@ def test_resnet_style_model(backend, mode):
     model = ResNet().train(mode == "train")
     compare(backend, model, lambda b, n: torch.randn(b, 3, n, n),
             calls=((2, 16), (2, 16), (3, 12)))
+
+
+# -- torchvision's stochastic depth: a helper that logs its own name ---------------------------
+def _log_usage_once(obj):
+    """torchvision.utils._log_api_usage_once: a class's name, or a function's."""
+    name = obj.__class__.__name__
+    if isinstance(obj, types.FunctionType):
+        name = obj.__name__
+    torch._C._log_api_usage_once(f"{obj.__module__}.{name}")
+
+
+def scaled_residual(x, p):
+    _log_usage_once(scaled_residual)  # ``obj.__class__.__name__`` of a function
+    return x * (1.0 - p)
+
+
+class StochasticDepthLike(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x):
+        return x + scaled_residual(self.fc(x), 0.2)
+
+
+def test_a_function_asked_for_its_class_name_is_traced(backend, no_fallback):
+    """MaxViT's stochastic depth broke the graph here (``.__name__`` of the function type),
+    and every block of the model became a frame of its own; now it is one graph."""
+    model = StochasticDepthLike()
+    compare(backend, model, randn, calls=((2, 8), (2, 8), (3, 8)))
+    report = dynamo.explain(model.forward)(torch.randn(2, 8))
+    assert report.graph_count == 1 and report.graph_break_count == 0

@@ -40,6 +40,10 @@ class Net(nn.Module):
         return self.head(self.drop(x) * self.scale)  # (B, T, 16)
 
 
+class LayerNormSubclass(nn.LayerNorm):
+    """The same forward, another class: modules are guarded by class ([Note: module guards])."""
+
+
 def frame_of(model: nn.Module, **arguments) -> Frame:
     forward = type(model).forward
     return Frame(forward.__code__, forward.__globals__, {}, {"self": model, **arguments})
@@ -83,8 +87,8 @@ CHANGES = {
         m, "scale", torch.full((8, 2), 0.5)[:, 0]),
     "training flag": lambda m: m.drop.train(),
     "attribute value": lambda m: setattr(m.blocks[1][1], "eps", 1e-2),
-    "submodule replaced": lambda m: m.blocks.__setitem__(1, nn.Sequential(
-        nn.Linear(8, 8), nn.LayerNorm(8))),
+    "submodule replaced by another class": lambda m: m.blocks.__setitem__(1, nn.Sequential(
+        nn.Linear(8, 8), LayerNormSubclass(8))),
     "block appended": lambda m: m.blocks.append(m.blocks[0]),
     "block deleted": lambda m: m.blocks.__delitem__(2),
 }

@@ -96,8 +96,7 @@ def _wrap(output: OutputGraph, value: Any, source: str, sym_numbers: bool) -> Va
         items = _wrap_sequence(output, value.items, f"{source}.items", sym_numbers)
         return ListIteratorVariable(items.items)
     if isinstance(value, torch.nn.Module):
-        output.add_guards([Guard(source, "ID", f"id({source}) == {id(value)}")])
-        return NNModuleVariable(value, source=source)
+        return wrap_module(output, value, source)
     if isinstance(value, types.MethodType) and isinstance(value.__func__, types.FunctionType):
         output.add_guards([make_type_guard(source, value)])
         obj = wrap(output, value.__self__, f"{source}.__self__")
@@ -147,6 +146,22 @@ def _wrap_dict(output: OutputGraph, value: dict, source: str, sym: bool) -> Vari
                        Guard(source, "KEYS", f"list({source}.keys()) == {keys}")])
     items = {k: wrap(output, v, f"{source}[{literal(k)}]", sym) for k, v in value.items()}
     return ConstDictVariable(items, source=source, cls=type(value))
+
+
+# --8<-- [start:wrap-module]
+def wrap_module(output: OutputGraph, value: torch.nn.Module, source: str) -> VariableTracker:
+    """A module from outside the frame: guarded by its class, not its identity, so one
+    entry serves every instance of the class that agrees on what the trace read from it.
+    See [Note: module guards] in nn_module.py."""
+    same = output.input_modules.get(id(value))
+    if same is not None:  # one module reached twice (a shared block): keep it one
+        output.add_guards([Guard(source, "ALIAS", f"{source} is {same.source}")])
+        return same
+    output.add_guards([make_type_guard(source, value)])
+    module_vt = NNModuleVariable(value, source=source)
+    output.input_modules[id(value)] = module_vt
+    return module_vt
+# --8<-- [end:wrap-module]
 
 
 # --8<-- [start:wrap-tensor]

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ..exc import UserErrorInTrace, unimplemented
+from ..guards import Guard
 from .base import VariableTracker
 from .constant import ConstantVariable, SymNumberVariable, fold, is_literal, sym_operator
 from .dicts import ConstDictVariable, SetVariable, as_dict_items
@@ -209,6 +210,12 @@ def _is(tx: InstructionTranslator, a: VariableTracker, b: VariableTracker, negat
     real_a, real_b = getattr(a, "value", a), getattr(b, "value", b)
     if not isinstance(a, TensorVariable) and not isinstance(b, TensorVariable) and \
             hasattr(a, "value") and hasattr(b, "value"):
+        if isinstance(real_a, torch.nn.Module) and isinstance(real_b, torch.nn.Module) and \
+                a.source is not None and b.source is not None:
+            # modules are guarded by class, not identity ([Note: module guards]): whether
+            # these two are one is a fact about this call, guarded like one
+            op = "is" if real_a is real_b else "is not"
+            tx.output.add_guards([Guard(a.source, "ALIAS", f"{a.source} {op} {b.source}")])
         return ConstantVariable((real_a is real_b) != negate)
     if isinstance(a, TensorVariable) != isinstance(b, TensorVariable):
         return ConstantVariable(negate)  # a tensor is never None, a dtype, ...

@@ -83,6 +83,15 @@ class TypeVariable(KnownValueVariable):
 
     value: type
 
+    def var_getattr(self, tx: InstructionTranslator, name: str) -> VariableTracker:
+        """A builtin or torch class's names (``obj.__class__.__name__``, which torchvision's
+        ``_log_api_usage_once`` asks of a function): fixed for the class the trace saw."""
+        from .constant import ConstantVariable
+
+        if name in ("__name__", "__qualname__", "__module__"):
+            return ConstantVariable(getattr(self.value, name))
+        return super().var_getattr(tx, name)
+
     def call_function(
         self, tx: InstructionTranslator, args: list[VariableTracker],
         kwargs: dict[str, VariableTracker],

@@ -9,16 +9,26 @@ containers (Sequential, ModuleList, ModuleDict) iterate and index at trace time.
 Chapter: book/docs/dynamo.md ("Modules").
 
 # [Note: module guards]
-# A module is guarded by identity (``id(self.fc) == ...``): a different
-# object could have a different forward. Its parameters and buffers are
-# graph inputs fetched by source on every call (``self.fc.weight``), with
-# the usual tensor guards, so replacing a weight with one of another shape
-# recompiles and updating it in place needs nothing. Plain attributes that
-# steered the trace (``self.training``, ``self.eps``) are guarded by value,
-# so ``model.eval()`` recompiles. A container that was iterated or
-# measured is guarded by length too (``len(self.h) == 12``): appending a
-# block must not reuse a loop unrolled for fewer. Hooks are not traced: a
-# module with hooks gives up, with the reason.
+# A module is guarded by its class, not by its identity (``type(self) is
+# ...Block``, not ``id(self) == ...``), like PyTorch's Dynamo with
+# ``inline_inbuilt_nn_modules``: twelve transformer layers, or MaxViT's
+# blocks, are twelve instances running one ``forward``, and a frame compiled
+# for one of them (a forward that breaks the graph is a frame of its own)
+# must serve the others, or each instance fails the guard, recompiles, and
+# the eighth hits the recompile limit. What the trace learned from *this*
+# instance is guarded where it was read, through the source: parameters and
+# buffers are graph inputs fetched from the instance passed at every call
+# (``self.fc.weight``), with the usual tensor guards (shape, dtype,
+# requires_grad); submodules by their class, recursively; plain attributes
+# that steered the trace (``self.training``, ``self.eps``) by value; a name
+# the trace found on the class (a method, ``self.forward``) by its absence
+# from the instance's ``__dict__``; a called module by having no hooks; a
+# container that was iterated or measured by its length (a ModuleDict by its
+# keys), a ``parameters()`` listing by its length; one module reached twice
+# by an ALIAS guard; ``a is b`` of two modules by its answer. So
+# ``model.eval()``, another ``eps``, another submodule type or a weight of
+# another shape recompiles; another instance that agrees on all of it, or a
+# weight updated in place, does not.
 """
 
 from __future__ import annotations
@@ -79,6 +89,7 @@ class NNModuleVariable(VariableTracker):
             return MethodVariable(self, name)  # listed at trace time by call_method
         found = class_attribute(tx, self, type(module), name)
         if found is not None:
+            _guard_not_in_instance(tx, self, name)
             return found
         msg = f"{type(module).__name__!r} object has no attribute {name!r}"
         raise UserErrorInTrace(AttributeError(msg))
@@ -98,6 +109,11 @@ class NNModuleVariable(VariableTracker):
         module = self.value
         if has_hooks(module):
             unimplemented(f"calling {type(module).__qualname__} which has hooks registered")
+        if self.source is not None:  # another instance of the class may have some
+            src = self.source
+            tx.output.add_guards([Guard(src, "HOOKS", f"not ({src}._forward_hooks or "
+                                        f"{src}._forward_pre_hooks or {src}._backward_hooks "
+                                        f"or {src}._backward_pre_hooks)")])
         cls = type(module)
         if cls.__call__ is not torch.nn.Module.__call__:
             # [Note: a module that overrides __call__]: HuggingFace's layers do, to
@@ -114,10 +130,13 @@ class NNModuleVariable(VariableTracker):
     def call_forward(self, tx: InstructionTranslator, args: list[VariableTracker],
                      kwargs: dict[str, VariableTracker]) -> VariableTracker:
         """``nn.Module.__call__`` itself: no hooks (checked by the caller), so the forward."""
+        if "forward" in self.value.__dict__:  # patched on the instance, as eager finds it
+            return self.var_getattr(tx, "forward").call_function(tx, args, kwargs)
         cls = type(self.value)
         forward = class_attribute(tx, self, cls, "forward")
         if forward is None:
             unimplemented(f"{cls.__qualname__} has no forward()")
+        _guard_not_in_instance(tx, self, "forward")
         return forward.call_function(tx, args, kwargs)
 
     def call_method(self, tx, name, args, kwargs):
@@ -133,6 +152,7 @@ class NNModuleVariable(VariableTracker):
     def unpack(self, tx: InstructionTranslator) -> list[VariableTracker]:
         module = self.value
         if isinstance(module, (torch.nn.ModuleDict, torch.nn.ParameterDict)):
+            _guard_len(tx, self)  # (its keys)
             return [ConstantVariable(k) for k in module.keys()]
         if isinstance(module, _CONTAINERS):
             _guard_len(tx, self)  # the loop was unrolled for this many items
@@ -175,21 +195,36 @@ def _container_method(tx, module_vt: NNModuleVariable, name: str, args):
         unimplemented(f"{type(module).__qualname__}.{name} with a traced key")
     key = args[0].as_python_constant()
     if name == "__contains__":
+        _guard_len(tx, module_vt)
         return ConstantVariable(key in module)
     return _child(tx, module_vt, key)
 
 
 def _guard_len(tx: InstructionTranslator, container: NNModuleVariable) -> None:
-    """A container's identity guard does not see ``append`` or ``del``: guard its length."""
+    """A container's type guard does not see ``append`` or ``del``: guard its length (a
+    dict's keys: the trace unrolled over them)."""
     if container.source is not None:
-        source = container.source
-        tx.output.add_guards([Guard(source, "LEN", f"len({source}) == {len(container.value)}")])
+        source, value = container.source, container.value
+        if isinstance(value, (torch.nn.ModuleDict, torch.nn.ParameterDict)):
+            keys = repr(list(value.keys()))
+            tx.output.add_guards([Guard(source, "KEYS", f"list({source}.keys()) == {keys}")])
+        else:
+            tx.output.add_guards([Guard(source, "LEN", f"len({source}) == {len(value)}")])
+
+
+def _guard_not_in_instance(tx: InstructionTranslator, module_vt: NNModuleVariable,
+                           name: str) -> None:
+    """The trace took ``name`` from the class: another instance must not shadow it."""
+    if module_vt.source is not None:
+        source = module_vt.source
+        tx.output.add_guards([Guard(source, "HASATTR", f"{name!r} not in {source}.__dict__")])
 
 
 def _module_dict_view(tx, module_vt: NNModuleVariable, name: str):
     from .lists import TupleVariable
 
     keys = list(module_vt.value.keys())
+    _guard_len(tx, module_vt)
     if name == "keys":
         return TupleVariable(tuple(ConstantVariable(k) for k in keys))
     values = [_child(tx, module_vt, k) for k in keys]
@@ -211,12 +246,15 @@ def _listing(tx, module_vt: NNModuleVariable, name: str):
         named = module.named_children()
     else:
         named = module.named_modules()
-    items = []
+    if module_vt.source is None:
+        unimplemented(f"{name}() of a module without a source")
+    source, items = module_vt.source, []
     for path, value in named:
         parts = "".join(f"[{int(p)}]" if p.isdigit() else f".{p}" for p in path.split(".") if p)
-        if module_vt.source is None:
-            unimplemented(f"{name}() of a module without a source")
-        items.append(wrap(tx.output, value, f"{module_vt.source}{parts}"))
+        items.append(wrap(tx.output, value, f"{source}{parts}"))
+    lister = name if name in ("children", "modules") else f"named_{name}"
+    tx.output.add_guards([Guard(source, "LEN",  # each item is guarded by its own source
+                                f"len(list({source}.{lister}())) == {len(items)}")])
     return ListIteratorVariable(tuple(items))
 
 
