@@ -25,14 +25,31 @@ of three ways, tried in order:
    returns the new values of the written arguments after its usual outputs.
 
 [Note: mutation through views] Writing through a view (``x[0] = 1``, ``x.view(-1).add_(1)``)
-must update the view's base and every other view of it; PyTorch replays the view chain with
-``*_scatter`` ops. We do not: writing to a view raises ``AOTUnsupported`` (the frame runs
-eagerly), and so does *reading* a view taken before its base was written (it would still see
-the old value). Writing a base whose views are never read again is fine.
+writes its base, and every other view of that base sees the write. Each view TracerTensor
+remembers how it was made from its base, the chain of aten view ops (``view_steps``), and
+the tracer keeps eager's aliasing with two moves, as PyTorch's functionalization does:
+
+* a write ``v.mul_(2)`` traces ``v1 = mul(v, 2)``, then walks the chain back from ``v`` to
+  the base, each step undone by its *scatter* (``VIEW_SCATTERS``): a reshape is reshaped
+  back, a permute permuted back, a slice becomes ``slice_scatter(parent, v1, ...)``, a
+  select ``select_scatter``. The base is re-pointed at the result, its version bumped; when
+  the base is a graph input, the runtime copies its new value back, as for any input
+  written in place;
+* a read of a view taken before its base was last written (a *stale* view) first replays
+  the chain on the base's new value (``sync_view``), so it sees what eager would.
+
+Torchvision's EfficientNet needs the first move: its classifier's ``nn.Dropout(inplace=True)``
+multiplies the flattened pooled features, a view of an intermediate, by the mask in place.
+So does every backward through a write to a view of something requiring grad: autograd's
+``CopySlices`` writes the gradient into ``as_strided`` of a fresh buffer. What is still
+refused is a write that cannot be a scatter: through a view whose op has no entry in
+``VIEW_SCATTERS`` (``unfold``, ``view.dtype``), or through ``expand``, where many elements
+of the view are one element of the base.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 import torch
@@ -130,51 +147,183 @@ def functionalize_with_twin(mode, func: OpOverload, args: tuple, kwargs: dict,
     return results[0] if len(results) == 1 else results
 
 
-def whole_view(t: object) -> bool:
-    """A view that is all of its base, in the base's layout (``aten.alias(x)``, ``x[:]``):
-    writing it is writing the base. ``F.instance_norm`` updates its running statistics by
-    ``alias(running_mean).copy_(...)``, so a model with ``nn.InstanceNorm2d(...,
-    track_running_stats=True)`` needs this exception to [Note: mutation through views]."""
-    base = getattr(t, "base", None)
-    return (base is not None and t.dtype == base.dtype and tuple(t.shape) == tuple(base.shape)
-            and t.stride() == base.stride() and t.storage_offset() == base.storage_offset())
-
-
 def check_writable(tracer, target: object, what: str) -> None:
-    """Only an intermediate, or (in aot_module_simplified) a graph input, may be written."""
+    """Only an intermediate, or (in aot_module_simplified) a graph input, or a view of one
+    of them, may be written."""
     if not isinstance(target, proxy_tensor.TracerTensor):
         raise AOTUnsupported(f"{what} writes to a tensor the tracer does not own")
-    if whole_view(target):
-        target = target.base
-    if target.base is not None:
-        raise AOTUnsupported(f"{what} writes through a view (x[i] = ..., x.view(...).add_()); "
-                             "see [Note: mutation through views]")
-    if target.role == "constant":
+    owner = target.owner()
+    if owner.role == "constant":
         raise AOTUnsupported(f"{what} writes to a closed-over tensor; pass it as an input")
-    if target.role == "input" and not tracer.allow_input_mutation:
+    if owner.role == "input" and not tracer.allow_input_mutation:
         raise AOTUnsupported(f"{what} mutates an input; trace() returns no copy-back "
                              "(aot_module_simplified does)")
 
 
 def write_back(mode, target, new: torch.Tensor, what: str) -> None:
-    """Re-point ``target`` at ``new`` (its value after the in-place op) and bump its version,
-    which makes the views taken before the write stale."""
+    """Re-point ``target`` at ``new`` (its value after the in-place op) and bump its
+    owner's version, which makes the other views of the owner stale; a view's owner gets
+    its new value by [Note: mutation through views]."""
     tracer = mode.tracer
     check_writable(tracer, target, what)
-    if whole_view(target):  # write the base; the view, the same memory, sees the new value
-        base = target.base
-        write_back(mode, base, new, what)
-        target.meta, target.proxy, target.base_version = base.meta, base.proxy, base.version
-        return
     if new.dtype != target.dtype:  # x_float32.add_(y_float64) stays float32
         with mode:
             new = aten._to_copy.default(new, dtype=target.dtype)
     if new.shape != target.shape:
         raise AOTUnsupported(f"{what} changed the shape of the tensor it writes")
+    if target.base is not None:
+        write_through_view(mode, target, new, what)
+        return
     target.meta, target.proxy = new.meta, new.proxy
     target.version += 1
     if target.role == "input":
         tracer.mutated_inputs[target.input_index] = target
+
+
+# --8<-- [start:write-through-view]
+@dataclasses.dataclass(frozen=True)
+class ViewStep:
+    """One link of a view's chain: ``op(parent, *args, **kwargs)``, and which of its
+    outputs (``index``) when the op returns several (``split``, ``unbind``)."""
+
+    op: OpOverload
+    args: tuple
+    kwargs: dict
+    index: int | None = None
+
+    def replay(self, mode, parent):
+        with mode:
+            out = self.op(parent, *self.args, **self.kwargs)
+        return out if self.index is None else out[self.index]
+
+
+def write_through_view(mode, view, new: torch.Tensor, what: str) -> None:
+    """``view`` now holds ``new``: scatter it back along the chain into the base
+    ([Note: mutation through views])."""
+    base = view.base
+    parents = [base]  # the value each step was applied to, from the base's current value
+    for step in view.view_steps[:-1]:
+        parents.append(step.replay(mode, parents[-1]))
+    value = new
+    for parent, step in reversed(list(zip(parents, view.view_steps))):
+        scatter = VIEW_SCATTERS.get(step.op)
+        if scatter is None:
+            raise AOTUnsupported(f"{what} writes through a view made by {step.op}, which "
+                                 "has no scatter; see [Note: mutation through views]")
+        with mode:
+            value = scatter(parent, value, step)
+    write_back(mode, base, value, what)
+    view.meta, view.proxy, view.base_version = new.meta, new.proxy, base.version
+
+
+def sync_view(mode, view) -> None:
+    """A stale view (its base was written after it was taken) takes its current value:
+    the chain replayed on the base ([Note: mutation through views])."""
+    value = view.base
+    for step in view.view_steps:
+        value = step.replay(mode, value)
+    view.meta, view.proxy, view.base_version = value.meta, value.proxy, view.base.version
+# --8<-- [end:write-through-view]
+
+
+# --8<-- [start:view-scatters]
+# scatter(parent, new, step) -> the parent's value once its view by ``step`` holds ``new``
+VIEW_SCATTERS: dict[OpOverload, Callable] = {}
+
+
+def register_view_scatter(*ops: OpOverload) -> Callable[[Callable], Callable]:
+    def decorate(scatter: Callable) -> Callable:
+        for op in ops:
+            VIEW_SCATTERS[op] = scatter
+        return scatter
+
+    return decorate
+
+
+@register_view_scatter(aten.view.default, aten._reshape_alias.default, aten.alias.default,
+                       aten.squeeze.default, aten.squeeze.dim, aten.squeeze.dims,
+                       aten.unsqueeze.default, aten.detach.default, aten.lift_fresh.default)
+def reshape_back(parent, new, step: ViewStep):
+    """Views that keep the elements' order and only regroup the dims."""
+    if tuple(new.shape) == tuple(parent.shape):
+        return new
+    return aten.reshape.default(new, parent.shape)
+
+
+@register_view_scatter(aten.permute.default)
+def permute_back(parent, new, step: ViewStep):
+    dims = [d % parent.dim() for d in step.args[0]]
+    return aten.permute.default(new, [dims.index(d) for d in range(parent.dim())])
+
+
+@register_view_scatter(aten.transpose.int)
+def transpose_back(parent, new, step: ViewStep):
+    return aten.transpose.int(new, *step.args)
+
+
+@register_view_scatter(aten.t.default)
+def t_back(parent, new, step: ViewStep):
+    return aten.t.default(new)
+
+
+@register_view_scatter(aten.slice.Tensor)
+def slice_back(parent, new, step: ViewStep):
+    return aten.slice_scatter.default(parent, new, *step.args, **step.kwargs)
+
+
+@register_view_scatter(aten.select.int)
+def select_back(parent, new, step: ViewStep):
+    return aten.select_scatter.default(parent, new, *step.args)
+
+
+@register_view_scatter(aten.diagonal.default)
+def diagonal_back(parent, new, step: ViewStep):
+    return aten.diagonal_scatter.default(parent, new, *step.args, **step.kwargs)
+
+
+@register_view_scatter(aten.unbind.int)
+def unbind_back(parent, new, step: ViewStep):
+    return aten.select_scatter.default(parent, new, *step.args[:1] or (0,), step.index)
+
+
+@register_view_scatter(aten.split.Tensor, aten.split_with_sizes.default)
+def split_back(parent, new, step: ViewStep):
+    sizes, dim = step.args[0], (step.args[1:] or (0,))[0]
+    if isinstance(sizes, int):  # split: pieces of one size
+        sizes = [sizes] * (step.index + 1)
+    start = sum(sizes[:step.index])
+    return aten.slice_scatter.default(parent, new, dim, start, start + new.shape[dim])
+
+
+@register_view_scatter(aten.as_strided.default)
+def as_strided_back(parent, new, step: ViewStep):
+    """``CopySlices``, autograd's backward of a write to a view, writes the gradient into
+    ``as_strided`` of a fresh buffer; when the view is all of a row-major buffer, in order,
+    that is a reshape."""
+    size, stride = list(step.args[0]), list(step.args[1])
+    offset = step.args[2] if len(step.args) > 2 else 0
+    whole = (offset == 0 and new.numel() == parent.numel() and parent.is_contiguous()
+             and stride == row_major_strides(size))
+    if whole:
+        return aten.reshape.default(new, parent.shape)
+    return aten.as_strided_scatter.default(parent, new, size, stride, offset)
+
+
+def row_major_strides(size: list) -> list:
+    strides, step = [], 1
+    for n in reversed(size):
+        strides.insert(0, step)
+        step = step * max(n, 1)
+    return strides
+
+
+@register_view_scatter(aten.expand.default)
+def expand_back(parent, new, step: ViewStep):
+    if new.numel() != parent.numel():
+        raise AOTUnsupported("a write through expand() would write one element many times; "
+                             "see [Note: mutation through views]")
+    return aten.reshape.default(new, parent.shape)
+# --8<-- [end:view-scatters]
 
 
 def with_defaults(func: OpOverload, args: tuple) -> tuple:

@@ -33,7 +33,7 @@ import torch
 import torch.fx as fx
 import torch.utils._pytree as pytree
 
-from aotautograd.proxy_tensor import DecompositionTable, Tracer, TracerTensor, tracing
+from aotautograd.proxy_tensor import DecompositionTable, Tracer, TracerTensor, sync_views, tracing
 
 
 @dataclass
@@ -134,6 +134,7 @@ def trace_program(fn: Callable, example_inputs: Sequence[object],
     index = {p.proxy.node: i for i, p in enumerate(primals) if isinstance(p, TracerTensor)}
     with swapped_state(fn, {n: by_id[id(t)] for n, t in state.items()}), tracing(tracer, primals):
         outputs = pytree.tree_leaves(fn(*primals[:len(example_inputs)]))
+        sync_views(tracer.mode, outputs, {})  # [Note: mutation through views]
         program_outputs, graph_values = classify_outputs(tracer, primals, outputs)
         differentiable = [i for i, v in enumerate(graph_values)
                           if isinstance(v, TracerTensor) and v.requires_grad]

@@ -38,7 +38,7 @@ from dynamo.sym_node import SymNode, has_symbolic_sizes
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 
 from aotautograd.exc import AOTUnsupported
-from aotautograd.functionalize import functionalize, is_mutation
+from aotautograd.functionalize import ViewStep, functionalize, is_mutation, sync_view
 
 DecompositionTable = dict[torch._ops.OpOverload, Callable]
 aten = torch.ops.aten
@@ -68,6 +68,7 @@ class TracerTensor(torch.Tensor):
     base: TracerTensor | None  # the owner of the storage this view looks into
     base_version: int  # base.version when this view was taken
     view_meta: torch.Tensor | None  # a view of an input: eager's geometry, on "meta"
+    view_steps: tuple  # the view ops that made this view from its base (functionalize.py)
     version: int  # how many in-place ops wrote to this tensor (owners only)
     role: str  # "input" | "constant" | "intermediate" | "tangent"
     input_index: int | None  # position among the graph's inputs, for role "input"
@@ -85,6 +86,7 @@ class TracerTensor(torch.Tensor):
         self.meta, self.proxy = meta, proxy
         self.base, self.base_version, self.version = None, 0, 0
         self.view_meta = None  # for a view of an input: eager's size/stride/offset
+        self.view_steps = ()
         self.role, self.input_index = "intermediate", None
         return self
 
@@ -115,6 +117,7 @@ class SizedGraph(fx.Graph):
     def __init__(self, tracer: Tracer) -> None:
         super().__init__()
         self.tracer = tracer
+        tracer.mode = self  # for what runs after the program: sync_views of its outputs
 
     def create_node(self, op, target, args=None, kwargs=None, *rest, **options) -> fx.Node:
         def convert(a: object) -> object:
@@ -281,12 +284,13 @@ class TracingMode(TorchDispatchMode):
     def __init__(self, tracer: Tracer):
         super().__init__()
         self.tracer = tracer
+        tracer.mode = self  # for what runs after the program: sync_views of its outputs
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if _is_metadata_arithmetic(func, args, kwargs):
             return func(*args, **kwargs)  # e.g. torch.promote_types inside a decomposition
-        check_not_stale(func, args, kwargs)
+        sync_views(self, args, kwargs)
         if is_mutation(func):
             out = functionalize(self, func, args, kwargs)
             if out is not NotImplemented:
@@ -306,13 +310,12 @@ class TracingMode(TorchDispatchMode):
     # --8<-- [end:torch-dispatch]
 
 
-def check_not_stale(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> None:
-    """Refuse to read a view whose base was written in place after the view was taken: its
-    proxy still names the old value. See [Note: mutation through views]."""
+def sync_views(mode: TracingMode, args: tuple, kwargs: dict) -> None:
+    """Bring every stale view among the arguments up to date before the op reads it (a
+    view taken before its base was written in place): [Note: mutation through views]."""
     for t in pytree.tree_leaves((args, kwargs)):
         if isinstance(t, TracerTensor) and t.is_stale():
-            raise AOTUnsupported(f"{func} reads a view of a tensor that was modified in place "
-                                 "after the view was taken (see [Note: mutation through views])")
+            sync_view(mode, t)
 
 
 def track_aliases(func: torch._ops.OpOverload, args: tuple, kwargs: dict,
@@ -339,13 +342,19 @@ def track_aliases(func: torch._ops.OpOverload, args: tuple, kwargs: dict,
         geometry = _eager_view(func, args, kwargs) if owner.role == "input" else None
         leaves, spec = pytree.tree_flatten(out)
         shapes = pytree.tree_leaves(geometry) if geometry is not None else [None] * len(leaves)
-        leaves = [_as_view(t, owner, g) if isinstance(t, TracerTensor) else t
-                  for t, g in zip(leaves, shapes)]
+        parent = inputs[0]
+        rest = tuple(args[1:])
+        single = isinstance(out, TracerTensor)
+        leaves = [_as_view(t, owner, g, (*parent.view_steps, ViewStep(
+                      func, rest, dict(kwargs), None if single else i)))
+                  if isinstance(t, TracerTensor) else t
+                  for i, (t, g) in enumerate(zip(leaves, shapes))]
         out = pytree.tree_unflatten(leaves, spec)
     return out
 
 
-def _as_view(t: TracerTensor, owner: TracerTensor, geometry: torch.Tensor | None) -> TracerTensor:
+def _as_view(t: TracerTensor, owner: TracerTensor, geometry: torch.Tensor | None,
+             steps: tuple) -> TracerTensor:
     """``t`` marked as a view of ``owner``'s storage.
 
     [Note: eager strides of input views] Prims lay their results out row-major, so the meta
@@ -361,6 +370,7 @@ def _as_view(t: TracerTensor, owner: TracerTensor, geometry: torch.Tensor | None
                                  or geometry.storage_offset() != t.storage_offset()):
         t = TracerTensor(t.meta, t.device, t.proxy, layout=geometry)
     t.base, t.base_version, t.view_meta = owner, owner.version, geometry
+    t.view_steps = steps  # how to make it again from ``owner``: [Note: mutation through views]
     return t
 
 
@@ -496,6 +506,7 @@ def trace(
     inputs = [tracer.placeholder(i, x) for i, x in enumerate(example_inputs)]
     with tracing(tracer, inputs):
         outputs = fn(*inputs)
+        sync_views(tracer.mode, outputs, {})
     results = []
     for leaf in pytree.tree_leaves(outputs):
         if _is_real_tensor(leaf):

@@ -324,15 +324,6 @@ def test_backward_twice_needs_retain_graph_and_double_backward_raises():
         torch.autograd.grad(compiled(x, inputs[1])[0], [x], create_graph=True)
 
 
-@pytest.mark.parametrize("fn", [
-    lambda x: x.view(-1).add_(1),  # writes through a view of an input
-    lambda x: (lambda v: (x.mul_(2), v + 1)[1])(x.view(-1)),  # reads a stale view
-], ids=["write-view", "stale-view"])
-def test_mutation_through_views_is_rejected(fn):
-    with pytest.raises(AOTUnsupported, match="view"):
-        aot_module_simplified(fx.symbolic_trace(fn), [torch.randn(2, 3)], run_graph)
-
-
 def test_closed_over_tensor_requiring_grad_is_rejected():
     w = torch.randn(3, requires_grad=True)
     with pytest.raises(AOTUnsupported, match="closed-over"):
