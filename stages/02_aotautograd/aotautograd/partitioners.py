@@ -175,6 +175,9 @@ def save_cost(node: fx.Node, reduced: set[fx.Node] = frozenset()) -> float:
 EXPENSIVE = {"mm", "bmm", "addmm", "baddbmm", "matmul", "convolution", "convolution_backward",
              "sort", "topk", "native_batch_norm", "_native_batch_norm_legit_functional"}
 RANDOM_NAMES = ("rand", "bernoulli", "dropout", "philox", "normal", "uniform", "multinomial")
+# aten ops that reduce a window of their input, decomposed into slices and elementwise ops
+READS_A_WINDOW = {"max_pool2d_with_indices", "max_pool3d_with_indices", "avg_pool2d",
+                  "avg_pool3d", "im2col", "col2im"}
 
 
 def can_recompute(node: fx.Node) -> bool:
@@ -191,11 +194,33 @@ def can_recompute(node: fx.Node) -> bool:
         return False
     if name.lstrip("_") in EXPENSIVE or name.startswith("_scaled_dot_product"):
         return False
+    if _decomposed_from(node) in READS_A_WINDOW:  # [Note: a decomposed window op]
+        return False
     if getattr(node.target, "is_view", False) or torch.Tag.pointwise in tags or is_slice(node):
         return True
     out = hint_int(node.meta["val"].numel())
     return all(_numel(i) <= out for i in node.all_input_nodes)
 
+
+
+# [Note: a decomposed window op]
+# The size rule above keeps reductions in the forward: they read more than they write. A max
+# pool reads more than it writes too, but primtorch decomposes it before the partitioner
+# sees it, into one strided slice of the padded input per kernel offset and a chain of
+# comparisons and ``where``s, each of which, alone, is a view or elementwise. So the cut
+# could recompute the whole pool in the backward to save its index, from the BatchNorm and
+# ReLU before it: in the benchmark convnet the backward redid the stem's normalisation, its
+# padding and all nine window comparisons (145 recomputed nodes, writing eight masks), 2.5 ms
+# of a 10 ms step on the CPU machine and the largest Triton kernel of the H200's backward,
+# to save 512 KB. A node that a window op's decomposition made (``original_aten``, recorded
+# by the tracer) is not recomputed: the forward computes the pool once and the cut saves
+# its index, as eager autograd does.
+
+
+def _decomposed_from(node: fx.Node) -> str:
+    """The name of the aten op whose decomposition made ``node`` ("" if none is recorded)."""
+    op = node.meta.get("original_aten")
+    return getattr(op, "__name__", "").split(".")[0] if op is not None else ""
 
 
 # [Note: saving a slice]

@@ -111,6 +111,29 @@ def test_slices_of_one_projection_save_the_projection():
             assert compiled.partition.saved_bytes - compiled.partition.saved_input_bytes <= 24
 
 
+def test_a_max_pool_is_not_recomputed_by_the_backward():
+    """[Note: a decomposed window op]: the pool after a normalisation and a ReLU, decomposed
+    into slices and comparisons, runs once, in the forward, which saves its index; the
+    backward recomputes the cheap normalisation and ReLU but no part of the pool (it used to
+    redo all nine window comparisons), and the gradients match eager's."""
+
+    def stem(x, w, b):
+        y = F.relu((x - x.mean((0, 2, 3), keepdim=True)) * w.view(1, -1, 1, 1)
+                   + b.view(1, -1, 1, 1))
+        return F.max_pool2d(y, 3, 2, 1).square().sum()
+
+    x = torch.randn(2, 4, 8, 8, requires_grad=True)
+    w, b = torch.randn(4, requires_grad=True), torch.randn(4, requires_grad=True)
+    compiled, _ = check_function(stem, [x, w, b])
+    recomputed = {n.name for n in compiled.bw_graph.graph.nodes} & set(
+        compiled.partition.recomputed)
+    pool = [n.name for n in compiled.fw_graph.graph.nodes if n.name in recomputed
+            and "max_pool2d" in str(n.meta.get("original_aten"))]
+    assert compiled.partition.recomputed and not pool, pool
+    saved = [n for n in compiled.fw_graph.graph.nodes if n.name in compiled.partition.saved]
+    assert any(n.meta["val"].dtype == torch.int64 for n in saved)  # the pool's index
+
+
 def run_graph(gm, example_inputs):
     return gm.forward
 
