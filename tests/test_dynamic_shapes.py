@@ -159,6 +159,39 @@ def test_symbolic_attention_on_the_gpu(case, dtype):
     assert fused == (case in ("causal", "plain")), wrapper
 
 
+@pytest.mark.skipif(DEVICE != "cpu", reason="the CPU's flash attention kernel")
+@pytest.mark.parametrize("target", ["cpp", "triton"])
+@pytest.mark.parametrize("case", ["causal", "plain", "grad", "mask", "head_sizes"])
+def test_symbolic_attention_on_the_cpu(case, target):
+    """[Note: CPU attention with symbolic sizes]: ATen's CPU flash kernel where ATen itself
+    would pick it (with a gradient too: its backward op is kept whole), the math path with a
+    mask or unequal head sizes; equal to eager either way, in one symbolic graph."""
+
+    def attend(q, k, v, mask):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
+                                              is_causal=case in ("causal", "grad"))
+
+    compiled = compile_with(attend, "inductor", target)
+    torch.manual_seed(0)
+    for length in (5, 9, 23):
+        q, k, v = (torch.randn(2, 3, length, 4 if case == "head_sizes" and i == 2 else 8,
+                               requires_grad=case == "grad") for i in range(3))
+        mask = torch.randn(length, length) if case == "mask" else None
+        with torch.no_grad() if case != "grad" else torch.enable_grad():
+            got, want = compiled(q, k, v, mask), attend(q, k, v, mask)
+        torch.testing.assert_close(got, want)
+        if case == "grad":
+            g = torch.randn_like(want)
+            torch.testing.assert_close(torch.autograd.grad(got, (q, k, v), g),
+                                       torch.autograd.grad(want, (q, k, v), g))
+    assert len(compiled.graphs) == 2
+    graphs = "".join(v for k, v in compiled.graphs[1].artifacts.items() if "wrapper" in k)
+    flash = "_scaled_dot_product_flash_attention_for_cpu" in graphs
+    assert flash == (case in ("causal", "plain", "grad")), graphs
+    if case == "grad":
+        assert "_scaled_dot_product_flash_attention_for_cpu_backward" in graphs
+
+
 # ------------------------------------------------------------------ an MLP over batch sizes
 
 

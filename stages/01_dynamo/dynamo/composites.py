@@ -34,8 +34,8 @@ symbolic sizes").
 # the H200 with PyTorch 2.11: the three float dtypes, head sizes that are a multiple of 8 up
 # to 128, no mask beyond ``is_causal``. Training keeps the math path: the kernel's backward
 # needs the log-sum-exp, whose meta size rounds the length up to 32 rows, and we have not
-# tried that arithmetic on our SymInts. CPU tensors keep it too (ATen's CPU flash kernel
-# decomposes to the same math in primtorch).
+# tried that arithmetic on our SymInts. CPU tensors get ATen's CPU flash kernel
+# ([Note: CPU attention with symbolic sizes]).
 """
 
 from __future__ import annotations
@@ -105,6 +105,35 @@ def library_attention_applies(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
 # --8<-- [end:library-attention]
 
 
+# --8<-- [start:cpu-attention]
+def cpu_flash_attention_applies(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                                attn_mask: torch.Tensor | None) -> bool:
+    """Whether attention with symbolic sizes on the CPU can be ATen's CPU flash kernel:
+    [Note: CPU attention with symbolic sizes]. Only the sequence lengths may be symbolic."""
+    tensors = (q, k, v)
+    return (all(t.device.type == "cpu" and t.dim() == 4 and t.dtype == q.dtype
+                and all(isinstance(n, int) for n in (*t.shape[:2], t.shape[-1]))
+                and t.stride(-1) == 1 for t in tensors)
+            and q.dtype in (torch.float32, torch.float64, torch.float16, torch.bfloat16)
+            and attn_mask is None
+            and q.shape[:2] == k.shape[:2] == v.shape[:2]
+            and q.shape[-1] == k.shape[-1] == v.shape[-1])
+
+
+# [Note: CPU attention with symbolic sizes]
+# On the CPU, ATen's attention picks ``_scaled_dot_product_flash_attention_for_cpu``, a
+# blocked kernel that skips the masked half of causal scores, and inductor keeps that op
+# whole ([Note: attention on the CPU] in inductor). With symbolic sizes our composite took
+# the math path instead, so the decoding GPT, whose graph is symbolic in the length from its
+# second length on, ran our fused softmax between two ``bmm``s: at 64 tokens the softmax
+# alone took 0.21 ms a layer on the CPU machine and the step lost to eager (0.89x at that
+# length). The kernel's meta function only builds empty tensors, so it takes symbolic
+# lengths; we call it where ATen's composite would choose it: no dropout, no mask but
+# ``is_causal``, four dimensions of one dtype, equal batch, heads and head size, a
+# contiguous last dimension. Its backward op is kept whole too, so training graphs get it.
+# --8<-- [end:cpu-attention]
+
+
 def efficient_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool,
                         scale: float | None) -> torch.Tensor:
     """ATen's memory-efficient attention kernel, its output only (no log-sum-exp, no
@@ -126,6 +155,9 @@ def scaled_dot_product_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tens
         return NotImplemented
     if library_attention_applies(q, k, v, attn_mask):
         return efficient_attention(q, k, v, is_causal, scale)
+    if cpu_flash_attention_applies(q, k, v, attn_mask):
+        return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+            q, k, v, 0.0, is_causal, scale=scale)[0]
     scale = 1.0 / math.sqrt(head) if scale is None else scale
     scores = matmul(q, k.transpose(-2, -1)) * scale
     if is_causal:  # position i sees keys 0..i, as torch's lower-triangular mask
