@@ -134,6 +134,41 @@ def compile_fx_inner(prims_gm: torch.fx.GraphModule, example_inputs: list[Any], 
     if target == "cpp" and devices - {"cpu"}:
         raise CompileError(f"target 'cpp' runs on CPU tensors, got inputs on {sorted(devices)}")
     clock = Stopwatch()
+    graph, scheduler, kernels = lower_and_print(prims_gm, example_inputs, target, clock,
+                                                artifacts)
+    try:
+        namespace = load_kernels(list(kernels.values()), target)
+        clock.lap("building kernels (Triton JIT happens at the first launch)" if
+                  target == "triton" else "building kernels (g++, or the code cache)")
+        tuned = tuned_kernels(kernels.values(), target, autotune)
+        inplace = inplace_writes(prims_gm.meta.get("input_mutations", ()), graph,
+                                 scheduler.groups, scheduler.removed, target)
+        wrapper = WrapperCodeGen(graph, scheduler.groups, scheduler.removed, kernels, target,
+                                 tuned, inplace)
+        source = artifacts["wrapper"] = wrapper.generate()
+    except CompileError as e:  # [Note: compile errors fall back]; also a size the wrapper
+        warnings.warn(f"inductor: {e}\nRunning this graph op by op (target 'fallback').",
+                      stacklevel=2)  # cannot compute from its inputs
+        return compile_fx_inner(prims_gm, example_inputs, target="fallback")
+    namespace, autotuners = bind_launchers(namespace, kernels, graph, tuned, target, clock)
+    namespace.update(wrapper.constants)
+    call = exec_python_source(source, "wrapper", "call", namespace)["call"]
+    if wants_cudagraphs(mode, example_inputs):  # [Note: static addresses]
+        call = CudaGraphRunner(call, name=f"graph of {len(kernels)} kernels")
+    clock.lap("wrapper")
+    artifacts["timing"] = clock.report()
+    result = CompiledGraph(call, artifacts, len(kernels))
+    result.autotuners = autotuners
+    result.prims_graph_module = prims_gm
+    result.kernel_groups = kernel_groups(graph, scheduler)
+    result.output_strides = output_strides(graph.graph_outputs)
+    return result
+
+
+def lower_and_print(prims_gm: torch.fx.GraphModule, example_inputs: list[Any], target: str,
+                    clock: Stopwatch, artifacts: dict[str, str]) -> tuple:
+    """Lowering, fusion and kernel printing: (graph, scheduler, kernels by name), each
+    stage's text filed in ``artifacts`` and its time on ``clock``."""
     graph = GraphLowering(prims_gm, example_inputs)
     graph.run(*example_inputs)
     clock.lap("lowering (prims -> loop IR)")
@@ -146,52 +181,27 @@ def compile_fx_inner(prims_gm: torch.fx.GraphModule, example_inputs: list[Any], 
     artifacts["fusion"] = "\n".join(_describe_groups(scheduler) + [""] + scheduler.log)
     kernels = generate_kernels(scheduler, graph, target)
     clock.lap(f"printing {len(kernels)} kernels")
-    for kernel in kernels.values():
-        artifacts[f"kernels/{kernel.name}.{'py' if target == 'triton' else 'cpp'}"] = \
-            kernel.source
-    try:
-        namespace = load_kernels(list(kernels.values()), target)
-        clock.lap("building kernels (Triton JIT happens at the first launch)" if
-                  target == "triton" else "building kernels (g++, or the code cache)")
-    except CompileError as e:  # [Note: compile errors fall back]
-        warnings.warn(f"inductor: {e}\nRunning this graph op by op (target 'fallback').",
-                      stacklevel=2)
-        return compile_fx_inner(prims_gm, example_inputs, target="fallback")
-    tuned = tuned_kernels(kernels.values(), target, autotune)
-    inplace = inplace_writes(prims_gm.meta.get("input_mutations", ()), graph,
-                             scheduler.groups, scheduler.removed, target)
-    wrapper = WrapperCodeGen(graph, scheduler.groups, scheduler.removed, kernels, target,
-                             tuned, inplace)
-    try:
-        source = wrapper.generate()
-    except CompileError as e:  # a size the wrapper cannot compute from its inputs
-        warnings.warn(f"inductor: {e}\nRunning this graph op by op (target 'fallback').",
-                      stacklevel=2)
-        return compile_fx_inner(prims_gm, example_inputs, target="fallback")
-    artifacts["wrapper"] = source
-    if target == "triton" and not interpreting():  # [Note: parallel precompile]
+    suffix = "py" if target == "triton" else "cpp"
+    artifacts.update({f"kernels/{k.name}.{suffix}": k.source for k in kernels.values()})
+    return graph, scheduler, kernels
+
+
+def bind_launchers(namespace: dict[str, Any], kernels: dict, graph: GraphLowering,
+                   tuned: frozenset, target: str, clock: Stopwatch) -> tuple[dict, dict]:
+    """The wrapper's namespace with each Triton kernel behind what launches it: precompiled
+    ([Note: parallel precompile]), a ``Launcher`` ([Note: direct launches]) or an
+    ``Autotuner``; (namespace, autotuners by kernel name)."""
+    if target == "triton" and not interpreting():
         jobs = precompile_jobs(kernels.values(), namespace, graph, tuned)
         clock.lap(f"compiling {precompile(jobs)} Triton variants on threads")
-    if target == "triton" and direct_launches():  # [Note: direct launches]
+    if target == "triton" and direct_launches():
         pointers = fixed_dtype_pointers(kernels.values(), graph)
         namespace.update({k.name: Launcher(namespace[k.name], pointers.get(k.name))
                           for k in kernels.values()})
     autotuners = {k.name: Autotuner(namespace[k.name], k) for k in kernels.values()
                   if k.name in tuned}
     namespace.update(autotuners)
-    namespace.update(wrapper.constants)
-    scope = exec_python_source(source, "wrapper", "call", namespace)
-    call = scope["call"]
-    if wants_cudagraphs(mode, example_inputs):  # [Note: static addresses]
-        call = CudaGraphRunner(call, name=f"graph of {len(kernels)} kernels")
-    clock.lap("wrapper")
-    artifacts["timing"] = clock.report()
-    result = CompiledGraph(call, artifacts, len(kernels))
-    result.autotuners = autotuners
-    result.prims_graph_module = prims_gm
-    result.kernel_groups = kernel_groups(graph, scheduler)
-    result.output_strides = output_strides(graph.graph_outputs)
-    return result
+    return namespace, autotuners
 
 
 # [Note: tensor constants]
