@@ -175,9 +175,9 @@ def save_cost(node: fx.Node, reduced: set[fx.Node] = frozenset()) -> float:
 EXPENSIVE = {"mm", "bmm", "addmm", "baddbmm", "matmul", "convolution", "convolution_backward",
              "sort", "topk", "native_batch_norm", "_native_batch_norm_legit_functional"}
 RANDOM_NAMES = ("rand", "bernoulli", "dropout", "philox", "normal", "uniform", "multinomial")
-# aten ops that reduce a window of their input, decomposed into slices and elementwise ops
-READS_A_WINDOW = {"max_pool2d_with_indices", "max_pool3d_with_indices", "avg_pool2d",
-                  "avg_pool3d", "im2col", "col2im"}
+# aten ops that reduce a window of their input and that primtorch decomposes into slices and
+# elementwise ops ([Note: a decomposed window op]); a pooling op added to primtorch joins it
+READS_A_WINDOW = {"max_pool2d_with_indices"}
 
 
 def can_recompute(node: fx.Node) -> bool:
