@@ -16,7 +16,7 @@ It is also where values are realized into buffers; see [Note: realize].
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import sympy
@@ -211,6 +211,55 @@ def channels_last_layout(value: Pointwise | Reduction) -> FixedLayout:
 # --8<-- [end:depthwise-channels-last]
 
 
+# --8<-- [start:convolution-result-layout]
+# [Note: a convolution's result layout on a GPU]
+# PyTorch's meta function for a convolution always answers row-major: a meta tensor has no
+# device, and the layout of the result is the choice of the kernel that will run. On a GPU
+# that is cuDNN, for almost every convolution, and cuDNN hands back channels-last results
+# (the output forward; the input's and the weight's gradients backward) whenever the input
+# or the weight *looks* channels-last by ATen's rule (``suggest_memory_format``), unless they
+# are float64. So once inputs are channels-last ([Note: depthwise convolutions read
+# channels-last]), every result the kernels after a convolution were compiled for was wrong,
+# and the wrapper's ``as_layout`` copied it into the expected layout: 57 copies in a
+# ShuffleNet-v2 training step. ``convolution_result_layout`` says what cuDNN will do instead;
+# ``as_layout`` still checks every result at run time, so a convolution that runs elsewhere
+# (ATen's own depthwise kernels take row-major inputs only) costs a copy, never a wrong value.
+def looks_channels_last(size: Sequence[int], stride: Sequence[int]) -> bool:
+    """ATen's ``suggest_memory_format`` for a 4-d tensor: whether its strides are ordered
+    C, W, H, N from the fastest, a size-1 dim matching either way, ties going to row-major."""
+    if len(size) != 4 or stride[1] == 0:
+        return False
+    smallest = 0
+    for d in (1, 3, 2, 0):
+        if size[d] == 0 or stride[d] < smallest or (d == 0 and smallest == stride[1]):
+            return False
+        smallest = stride[d] * max(size[d], 1)
+    return True
+
+
+def convolution_result_layout(target: Any, val: Any, meta_args: Any,
+                              device: torch.device) -> Any:
+    """``val``, a convolution's (or its backward's) meta result, in the layout cuDNN returns
+    on a GPU; any other op's result as it is."""
+    aten = torch.ops.aten
+    if device.type != "cuda" or target not in (aten.convolution.default,
+                                               aten.convolution_backward.default):
+        return val
+    forward = target is aten.convolution.default
+    x, weight = (meta_args[0], meta_args[1]) if forward else (meta_args[1], meta_args[2])
+    if (not isinstance(x, torch.Tensor) or not isinstance(weight, torch.Tensor)
+            or weight.ndim != 4 or torch.float64 in (x.dtype, weight.dtype)
+            or not any(looks_channels_last(t.shape, t.stride()) for t in (x, weight))):
+        return val
+
+    def channels_last(t: Any) -> Any:
+        return t.to(memory_format=torch.channels_last) if isinstance(t, torch.Tensor) \
+            and t.ndim == 4 else t
+    return channels_last(val) if forward else (channels_last(val[0]), channels_last(val[1]),
+                                               *val[2:])
+# --8<-- [end:convolution-result-layout]
+
+
 class GraphLowering(torch.fx.Interpreter):
     """Lowers a prims graph to loop-level IR (see the module docstring)."""
 
@@ -387,6 +436,7 @@ class GraphLowering(torch.fx.Interpreter):
                 meta_args, meta_kwargs = to_meta(args), to_meta(kwargs)
                 val = on_device(target, target(*meta_args, **meta_kwargs), self.device(),
                                 meta_args, meta_kwargs)
+                val = convolution_result_layout(target, val, meta_args, self.device())
             except Exception:
                 if val is None:
                     raise

@@ -87,3 +87,53 @@ def test_off_on_the_cpu_by_default():
     assert "cpu" not in graph_module.CHANNELS_LAST_DEVICES
     compiled = run("cpp", groups=None)
     assert channels_last_buffers(compiled, 2, 8, 6, 5) == 0
+
+
+# [Note: a convolution's result layout on a GPU]
+
+def strided_cases():
+    """4-d tensors in many layouts: row-major, channels-last, permuted, with size-1 dims,
+    sliced, expanded."""
+    base = [torch.empty(2, 3, 4, 5), torch.empty(2, 3, 4, 5).to(memory_format=torch.channels_last),
+            torch.empty(8, 1, 3, 3), torch.empty(8, 4, 1, 1), torch.empty(1, 3, 1, 5),
+            torch.empty(2, 1, 4, 5).to(memory_format=torch.channels_last),
+            torch.empty(2, 3, 1, 1).to(memory_format=torch.channels_last),
+            torch.empty(2, 5, 4, 3).permute(0, 3, 2, 1), torch.empty(2, 4, 5, 3).permute(0, 3, 1, 2),
+            torch.empty(2, 3, 4, 10)[..., ::2], torch.empty(3, 1, 1, 1).expand(3, 2, 4, 5),
+            torch.empty(1, 1, 1, 1), torch.empty(2, 3, 4, 5)[:, :, :, 1:2]]
+    return base
+
+
+def test_looks_channels_last_is_atens_suggest_memory_format():
+    from torch._prims_common import suggest_memory_format  # the oracle, in a test only
+
+    for t in strided_cases():
+        want = suggest_memory_format(t) == torch.channels_last
+        assert graph_module.looks_channels_last(t.shape, t.stride()) == want, (t.shape, t.stride())
+
+
+def test_convolution_result_is_channels_last_on_a_gpu_when_its_input_is():
+    aten = torch.ops.aten
+    x = torch.empty(2, 8, 6, 5, device="meta").to(memory_format=torch.channels_last)
+    w = torch.empty(8, 1, 3, 3, device="meta")
+    args = (x, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 8)
+    val = aten.convolution.default(*args)
+    assert val.is_contiguous()  # PyTorch's meta function: always row-major
+    on_gpu = graph_module.convolution_result_layout(aten.convolution.default, val, args,
+                                                    torch.device("cuda"))
+    assert on_gpu.is_contiguous(memory_format=torch.channels_last) and not on_gpu.is_contiguous()
+    assert graph_module.convolution_result_layout(aten.convolution.default, val, args,
+                                                  torch.device("cpu")) is val
+    row_major = (x.contiguous(), *args[1:])
+    assert graph_module.convolution_result_layout(aten.convolution.default, val, row_major,
+                                                  torch.device("cuda")) is val
+    dy = torch.empty(2, 8, 6, 5, device="meta")
+    back = (dy, x, w, [8], [1, 1], [1, 1], [1, 1], False, [0, 0], 8, [True, True, True])
+    grads = graph_module.convolution_result_layout(
+        aten.convolution_backward.default, aten.convolution_backward.default(*back), back,
+        torch.device("cuda"))
+    assert grads[0].is_contiguous(memory_format=torch.channels_last)
+    assert grads[0].stride() == (240, 1, 40, 8) and grads[2].shape == (8,)
+    double = (x.double(), w.double(), *args[2:])
+    assert graph_module.convolution_result_layout(
+        aten.convolution.default, val, double, torch.device("cuda")) is val  # no NHWC for fp64
