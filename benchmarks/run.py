@@ -3,7 +3,7 @@
     python benchmarks/run.py --suite micro|models|all [--dtypes float32,bfloat16]
                              [--size full|cpu|tiny] [--target triton|cpp]
                              [--mode default|reduce-overhead|max-autotune]
-                             [--no-torch-compile]
+                             [--no-torch-compile | --compare torch|none]
                              [--out FILE.json]
 
 For every workload and dtype, in one process: eager PyTorch, minipt2 (``driver.compile``,
@@ -153,12 +153,17 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                    help="default: triton on cuda, cpp on cpu")
     p.add_argument("--frontend", default="driver", choices=["driver", "fx"])
     p.add_argument("--no-torch-compile", action="store_true")
+    p.add_argument("--compare", default="torch", choices=["torch", "none"],
+                   help="the peer timed beside eager and minipt2: torch.compile (the "
+                        "default), or none (the same as --no-torch-compile)")
     p.add_argument("--mode", default="default",
                    choices=["default", "reduce-overhead", "max-autotune"],
                    help="for minipt2 (driver.compile) and torch.compile alike")
     p.add_argument("--out", default=None, help="JSON file of rows (default: benchmarks/"
                    "results/<suite>-<device>.json)")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    args.no_torch_compile = args.no_torch_compile or args.compare == "none"
+    return args
 
 
 def run_rows(args: argparse.Namespace, names: list[str], copy_gbs: float | None) -> list[dict]:

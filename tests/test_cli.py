@@ -3,6 +3,7 @@
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -203,3 +204,15 @@ def test_bench_passes_its_options_through(tmp_path):
                         "--no-torch-compile", "--out", str(out))
     assert result.returncode == 0, result.stdout + result.stderr
     assert "trig" in result.stdout and out.exists()
+
+
+def test_bench_compare_none_skips_the_peer():
+    """``--compare torch`` (the issue's spelling, the default) times torch.compile beside
+    eager; ``--compare none`` is ``--no-torch-compile``."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import run as bench_run
+
+    assert bench_run.parse(["--compare", "none"]).no_torch_compile
+    assert not bench_run.parse(["--compare", "torch"]).no_torch_compile
+    assert not bench_run.parse([]).no_torch_compile
+    assert bench_run.parse(["--no-torch-compile"]).no_torch_compile
