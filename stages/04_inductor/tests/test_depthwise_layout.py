@@ -94,14 +94,15 @@ def test_off_on_the_cpu_by_default():
 def strided_cases():
     """4-d tensors in many layouts: row-major, channels-last, permuted, with size-1 dims,
     sliced, expanded."""
-    base = [torch.empty(2, 3, 4, 5), torch.empty(2, 3, 4, 5).to(memory_format=torch.channels_last),
+    channels_last = torch.channels_last
+    return [torch.empty(2, 3, 4, 5), torch.empty(2, 3, 4, 5).to(memory_format=channels_last),
             torch.empty(8, 1, 3, 3), torch.empty(8, 4, 1, 1), torch.empty(1, 3, 1, 5),
-            torch.empty(2, 1, 4, 5).to(memory_format=torch.channels_last),
-            torch.empty(2, 3, 1, 1).to(memory_format=torch.channels_last),
-            torch.empty(2, 5, 4, 3).permute(0, 3, 2, 1), torch.empty(2, 4, 5, 3).permute(0, 3, 1, 2),
+            torch.empty(2, 1, 4, 5).to(memory_format=channels_last),
+            torch.empty(2, 3, 1, 1).to(memory_format=channels_last),
+            torch.empty(2, 5, 4, 3).permute(0, 3, 2, 1),
+            torch.empty(2, 4, 5, 3).permute(0, 3, 1, 2),
             torch.empty(2, 3, 4, 10)[..., ::2], torch.empty(3, 1, 1, 1).expand(3, 2, 4, 5),
             torch.empty(1, 1, 1, 1), torch.empty(2, 3, 4, 5)[:, :, :, 1:2]]
-    return base
 
 
 def test_looks_channels_last_is_atens_suggest_memory_format():
