@@ -382,3 +382,44 @@ def test_cpu_attention_stays_the_library_kernel(target):
                        if k.endswith("wrapper"))
     assert "flash_attention_for_cpu.default" in wrappers
     assert "flash_attention_for_cpu_backward.default" in wrappers
+
+
+class Decaying(torch.nn.Module):
+    """A buffer written in place that the backward reads: its new value (``after``) or its
+    old one (``before``), through the module or as an argument."""
+
+    def __init__(self, read: str):
+        super().__init__()
+        self.read = read
+        self.register_buffer("scale", torch.linspace(0.5, 2.0, 6))
+
+    def forward(self, x, running):
+        if self.read == "after":
+            self.scale.mul_(0.5)
+            running.mul_(0.5)
+            return (x * self.scale * running).sum()
+        z = self.scale * 2 * running  # what the backward needs: from the old values
+        self.scale.add_(1)
+        running.add_(1)
+        return (x * z).square().sum()
+
+
+@pytest.mark.parametrize("target", ALL_TARGETS)
+@pytest.mark.parametrize("read", ["after", "before"])
+def test_written_input_read_by_backward(target, read):
+    """[Note: a written input the backward reads]: over three steps the loss, the gradient
+    and both written tensors equal eager's (the backward used to read the input's memory
+    after the copy-back, and raised autograd's in-place error)."""
+    net, ref = Decaying(read), Decaying(read)
+    compiled = driver.compile(net, options={"target": target})
+    running, ref_running = torch.linspace(1.0, 3.0, 6), torch.linspace(1.0, 3.0, 6)
+    for step in range(3):
+        x = torch.linspace(-1.0, 1.0, 24).reshape(4, 6).add(step).requires_grad_()
+        x_ref = x.detach().clone().requires_grad_()
+        got, want = compiled(x, running), ref(x_ref, ref_running)
+        got.backward()
+        want.backward()
+        torch.testing.assert_close(got, want)
+        torch.testing.assert_close(x.grad, x_ref.grad)
+        torch.testing.assert_close(net.scale, ref.scale)
+        torch.testing.assert_close(running, ref_running)

@@ -264,8 +264,46 @@ def ancestors(outputs: list[fx.Node], stop: set[fx.Node]) -> set[fx.Node]:
     return seen
 
 
+# --8<-- [start:old-values]
+# [Note: a written input the backward reads]
+# The program is functional: an input written in place (``running.mul_(0.5)``) is read in
+# the graph with its old value everywhere, and gets its new one after the graph ran, when
+# the runtime copies it back. A partition may save that input for the backward, and the
+# minimum cut likes to (an input costs nothing to keep: its memory is alive anyway). But by
+# the time the backward runs, the input's memory holds the new value: the backward of
+# ``(x * running).sum()`` would read the new ``running``, or, if it recomputes
+# ``running * 0.5`` from it, multiply twice. Autograd's version counter caught it (the
+# copy-back moved the saved tensor's version), so the program crashed instead of answering
+# wrong, where eager runs. So a written input that a partition would save is cloned at the
+# top of the forward, every node of the joint graph reads the clone instead, and the clone
+# is saved: one copy of that input per call, only in programs that write an input the
+# backward reads (a BatchNorm's running statistics are written, never read backward).
+def keep_old_values(program: Program, saved: list[fx.Node]) -> list[fx.Node]:
+    """``saved``, with each input the program writes replaced by a clone of its old value
+    that the joint graph reads instead ([Note: a written input the backward reads])."""
+    graph = program.graph_module.graph
+    primals = [n for n in graph.nodes if is_primal(n)]
+    written = {primals[i] for i in program.mutated_inputs if i < len(primals)}
+    if not written.intersection(saved):
+        return saved
+    first = next(n for n in graph.nodes if n.op != "placeholder")
+    clones: dict[fx.Node, fx.Node] = {}
+    for node in saved:
+        if node in written and node not in clones:
+            with graph.inserting_before(first):
+                clone = graph.call_function(aten.clone.default, (node,))
+            clone.meta = dict(node.meta)
+            node.replace_all_uses_with(
+                clone, delete_user_cb=lambda user, c=clone: user is not c and user.op != "output")
+            clones[node] = clone
+    program.graph_module.recompile()
+    return [clones.get(n, n) for n in saved]
+# --8<-- [end:old-values]
+
+
 def build_partition(program: Program, saved: list[fx.Node]) -> Partition:
     """Build the forward and backward graphs for a choice of ``saved`` values."""
+    saved = keep_old_values(program, saved)  # [Note: a written input the backward reads]
     joint = program.graph_module
     nodes = list(joint.graph.nodes)
     outputs = list(nodes[-1].args[0])
