@@ -446,3 +446,28 @@ def test_register_decomposition_rejects_duplicates_and_non_ops():
         primtorch.register_decomposition(aten.add.Tensor)(lambda a, b: a)
     with pytest.raises(TypeError):
         primtorch.register_decomposition(torch.add)(lambda a, b: a)
+
+
+@pytest.mark.parametrize("kernel,stride,padding,dilation,ceil_mode,shape", [
+    (3, 2, 1, 1, False, (2, 3, 9, 8)),   # the convnet's stem pool: overlapping windows
+    (3, 1, 1, 1, False, (1, 2, 5, 6)),   # stride 1: each position in up to 9 windows
+    (2, 3, 0, 1, False, (1, 2, 8, 7)),   # stride past the kernel: rows no window reads
+    (3, 2, 1, 2, True, (1, 2, 9, 10)),   # dilation and ceil mode
+    (2, 2, 1, 1, False, (1, 1, 3, 1)),   # one column: windows mostly padding
+    ((3, 2), (2, 1), (1, 0), 1, True, (2, 1, 7, 5)),
+])
+def test_max_pool_backward_by_hand(kernel, stride, padding, dilation, ceil_mode, shape):
+    """The max pool's gradient (a scatter_add to each window's winner) against eager's on the
+    real backward's arguments (CrossRef), in geometries the OpInfo samples may not reach,
+    ties included (a window of equal values sends its gradient to the first)."""
+    torch.manual_seed(0)
+    x = torch.randint(0, 4, shape).double().requires_grad_()  # small ints: many ties
+    y = torch.nn.functional.max_pool2d(x, kernel, stride, padding, dilation, ceil_mode)
+    grad = torch.randn_like(y)
+    with CrossRef() as mode:
+        y = torch.nn.functional.max_pool2d(x, kernel, stride, padding, dilation, ceil_mode)
+        (got,) = torch.autograd.grad(y, x, grad)
+    assert mode.hits[torch.ops.aten.max_pool2d_with_indices_backward.default] == 1
+    (want,) = torch.autograd.grad(
+        torch.nn.functional.max_pool2d(x, kernel, stride, padding, dilation, ceil_mode), x, grad)
+    torch.testing.assert_close(got, want)
