@@ -672,3 +672,31 @@ def test_with_a_nullcontext(backend, no_fallback, enabled):
     x = torch.randn(2, 4)
     torch.testing.assert_close(opt(x, enabled), rotate(x, enabled))
     assert len(backend.graphs) == 1
+
+
+class ScaledNorm(torch.nn.LayerNorm):
+    """SqueezeBERT's pattern: a LayerNorm subclass reaching its parent's forward through
+    the class."""
+
+    def forward(self, x):
+        y = torch.nn.LayerNorm.forward(self, x.transpose(1, 2)).transpose(1, 2)
+        return y * 2
+
+
+def test_a_method_called_through_its_class_is_inlined(backend, no_fallback):
+    """[Note: a method called through its class]: one graph, eager's values."""
+    m = ScaledNorm(6)
+    opt = dynamo.optimize(backend, fullgraph=True)(m.forward)
+    x = torch.randn(2, 6, 5)
+    torch.testing.assert_close(opt(x), m(x))
+    assert backend.calls == 1 and "layer_norm" in str(backend.graphs[0].graph)
+
+
+def test_a_c_method_called_through_its_class_still_runs(backend):
+    """``torch.Tensor.add`` is written in C: a graph break, and eager's answer."""
+    def fn(x):
+        return torch.Tensor.add(x.sin(), 1).cos()
+
+    opt = dynamo.optimize(backend)(fn)
+    x = torch.randn(4)
+    torch.testing.assert_close(opt(x), fn(x))

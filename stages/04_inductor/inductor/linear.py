@@ -45,7 +45,7 @@ import sympy
 import torch
 
 from inductor.ir import ExternBuffer, FallbackKernel, ReinterpretView, index_vars, view_index
-from inductor.virtualized import V
+from inductor.virtualized import INDIRECT_PREFIX, V, indirect_symbol
 
 aten = torch.ops.aten
 
@@ -82,6 +82,12 @@ class _Tree:
 
     def store(self, name: str, index: sympy.Expr, value: Any, mode: Any = None) -> None:
         self.stored = (name, index, value, mode)
+
+    def indirect_indexing(self, value: Any, size: Any) -> sympy.Symbol:
+        """A symbol, as addresses need one: a body that reads through a loaded index (a
+        gather before the add, as MobileBERT's embeddings have) is never a bias add, and
+        its address no longer matches the product's."""
+        return indirect_symbol(f"{INDIRECT_PREFIX}0")
 
     def __getattr__(self, name: str) -> Any:
         return lambda *args, **kwargs: ("other", name)

@@ -236,3 +236,23 @@ def test_library_calls_bind_torch_functions(target, monkeypatch):
         torch.testing.assert_close(got, p.grad)
     assert torch.convolution in bound and torch.mm in bound
     assert torch.ops.aten.convolution_backward.default._op in bound
+
+
+@pytest.mark.parametrize("target", ["cpp", "triton"])
+def test_a_product_plus_gathered_rows_is_not_a_bias_add(target):
+    """MobileBERT's embeddings add a projection and an embedding lookup. Checking whether
+    that add is a bias add ran the gather's body under an ops handler without
+    ``indirect_indexing``, and the graph fell back to eager. It compiles, and is right."""
+    torch.manual_seed(0)
+    dev = device_for(target)
+    proj = torch.nn.Linear(16, 8, bias=False).to(dev)
+    table = torch.nn.Embedding(10, 8).to(dev)
+    x, ids = torch.randn(6, 16, device=dev), torch.tensor([3, 1, 4, 1, 5, 9], device=dev)
+
+    def fn(x, ids):
+        return torch.tanh(proj(x) + table(ids))
+
+    compiled = driver.compile(fn, options={"target": target}, fullgraph=True)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x, ids), fn(x, ids))
+    assert len(compiled.graphs) == 1

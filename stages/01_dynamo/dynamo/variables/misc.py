@@ -11,6 +11,7 @@ Chapter: book/docs/dynamo.md ("Variables").
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import types
 from typing import TYPE_CHECKING, Any
 
@@ -77,6 +78,25 @@ class PythonModuleVariable(VariableTracker):
 _FOLDABLE_CLASSES = (torch.Size, torch.device, torch.finfo, torch.iinfo)
 
 
+# [Note: a method called through its class]
+# ``nn.LayerNorm.forward(self, x)`` calls a method through its class: SqueezeBERT's
+# LayerNorm subclass does, to reach the parent's forward, in every block. The class is a
+# torch class, a ``TypeVariable``, which knew only its names, so each call broke the graph
+# (13 graphs for a two-layer SqueezeBERT). A plain Python function defined on the class, or a
+# static method, is now the function itself, inlined with whatever arguments the call passes,
+# as eager calls it. A method written in C (``torch.Tensor.add``) is not a Python function and
+# still breaks.
+def _python_function_of(cls: type, name: str) -> types.FunctionType | None:
+    """The Python function ``cls.name`` is (found along the MRO, unbound), or None."""
+    try:
+        attr = inspect.getattr_static(cls, name)
+    except AttributeError:
+        return None
+    if isinstance(attr, staticmethod):
+        attr = attr.__func__
+    return attr if isinstance(attr, types.FunctionType) else None
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class TypeVariable(KnownValueVariable):
     """A class used as a value: ``isinstance(x, torch.Tensor)``, ``torch.Size(...)``."""
@@ -90,6 +110,11 @@ class TypeVariable(KnownValueVariable):
 
         if name in ("__name__", "__qualname__", "__module__"):
             return ConstantVariable(getattr(self.value, name))
+        function = _python_function_of(self.value, name)
+        if function is not None:  # [Note: a method called through its class]
+            from .functions import UserFunctionVariable
+
+            return UserFunctionVariable(function)
         return super().var_getattr(tx, name)
 
     def call_function(
