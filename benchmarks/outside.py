@@ -49,7 +49,9 @@ def _tv(name: str, batch: int, res: int):
 
 
 def _hf(config_name: str, model_name: str, full: dict, batch: int, seq: int,
-        seq2seq=False):
+        seq2seq=False, small: dict | None = None):
+    """``small``: what the model's config needs besides the shared small sizes (names of its
+    own, or sizes that must agree with them)."""
     def build(size: str):
         import transformers
 
@@ -62,6 +64,7 @@ def _hf(config_name: str, model_name: str, full: dict, batch: int, seq: int,
                           encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
                           decoder_attention_heads=4, encoder_ffn_dim=128,
                           decoder_ffn_dim=128)  # (BART's)
+            kwargs.update(small or {})
             b, s = 2, 16
         config = getattr(transformers, config_name)(**kwargs)
         config.use_cache = False  # one forward (training or scoring), not generation
@@ -127,6 +130,32 @@ MODELS = {
     "t5": _hf("T5Config", "T5ForConditionalGeneration",
               dict(d_model=512, num_layers=6, num_heads=8, d_ff=2048, vocab_size=32128),
               8, 256, seq2seq=True),
+    # a third sweep (book/docs/performance.md, "Twenty-two more, on the CPU")
+    **{name: _tv(name, batch, 224) for name, batch in [
+        ("resnet18", 64), ("mobilenet_v2", 64), ("mobilenet_v3_small", 64),
+        ("regnet_x_400mf", 64), ("efficientnet_v2_s", 32), ("swin_v2_t", 32), ("alexnet", 64),
+        ("squeezenet1_1", 64)]},
+    "distilbert": _hf("DistilBertConfig", "DistilBertForMaskedLM", {}, 8, 512),
+    "mobilebert": _hf("MobileBertConfig", "MobileBertForMaskedLM", {}, 8, 512, small=dict(
+        embedding_size=32, intra_bottleneck_size=32, true_hidden_size=32)),
+    "squeezebert": _hf("SqueezeBertConfig", "SqueezeBertForMaskedLM", {}, 8, 512,
+                       small=dict(embedding_size=64)),
+    "convbert": _hf("ConvBertConfig", "ConvBertForMaskedLM", {}, 8, 512),
+    "xlnet": _hf("XLNetConfig", "XLNetLMHeadModel", dict(n_layer=8), 8, 512,
+                 small=dict(d_head=16, d_inner=128)),
+    "gptj": _hf("GPTJConfig", "GPTJForCausalLM", dict(SMALL_LM, rotary_dim=16), 8, 512),
+    "gpt_bigcode": _hf("GPTBigCodeConfig", "GPTBigCodeForCausalLM", SMALL_LM, 8, 512),
+    "bloom": _hf("BloomConfig", "BloomForCausalLM", SMALL_LM, 8, 512),
+    "codegen": _hf("CodeGenConfig", "CodeGenForCausalLM", dict(SMALL_LM, rotary_dim=16), 8,
+                   512),
+    "mbart": _hf("MBartConfig", "MBartForConditionalGeneration", {}, 8, 256, seq2seq=True),
+    "pegasus": _hf("PegasusConfig", "PegasusForConditionalGeneration", {}, 8, 256,
+                   seq2seq=True),
+    "blenderbot_small": _hf("BlenderbotSmallConfig", "BlenderbotSmallForConditionalGeneration",
+                            {}, 8, 256, seq2seq=True),
+    "stablelm": _hf("StableLmConfig", "StableLmForCausalLM", SMALL_LM, 8, 512),
+    "mixtral": _hf("MixtralConfig", "MixtralForCausalLM", dict(SMALL_LM, num_local_experts=4),
+                   8, 512),
 }
 
 
