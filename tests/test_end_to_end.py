@@ -445,3 +445,41 @@ def test_max_pool_gradient(target, geometry):
     fn(x_ref).backward()
     torch.testing.assert_close(x.grad, x_ref.grad)
     assert len(compiled.graphs) == 1
+
+
+class ScaledTanhGelu(torch.autograd.Function):
+    """A custom Function whose backward is not the forward's derivative (scaled by
+    ``ctx.scale``), so the compiled gradient can only match eager's by calling it."""
+
+    @staticmethod
+    def forward(ctx, x, scale):
+        ctx.save_for_backward(x)
+        ctx.scale = scale
+        return x * 0.5 * (1.0 + torch.tanh(0.79788456 * x * (1 + 0.044715 * x * x)))
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return grad * ctx.scale * (1.0 + torch.tanh(x)), None
+
+
+@pytest.mark.parametrize("target", ALL_TARGETS)
+def test_custom_autograd_function(target):
+    """[Note: a custom autograd.Function]: ``Fn.apply`` is one op of one graph; the forward,
+    the user's own backward (with a context attribute and a non-tensor argument) and the
+    no-grad call all give eager's values."""
+    def fn(x, w):
+        return (ScaledTanhGelu.apply(x @ w, 3.0) * 2).sum()
+
+    x = torch.linspace(-2.0, 2.0, 32).reshape(4, 8)
+    w = torch.linspace(-1.0, 1.0, 64).reshape(8, 8).requires_grad_()
+    w_ref = w.detach().clone().requires_grad_()
+    compiled = driver.compile(fn, options={"target": target}, fullgraph=True)
+    got, want = compiled(x, w), fn(x, w_ref)
+    got.backward()
+    want.backward()
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(w.grad, w_ref.grad)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x, w), fn(x, w))
+    assert len(compiled.graphs) == 2  # training and inference: one graph each

@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import inspect
 import types
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -90,6 +92,10 @@ class UserDefinedClassVariable(VariableTracker):
     def var_getattr(self, tx: InstructionTranslator, name: str) -> VariableTracker:
         from .builder import wrap_static
 
+        if name == "apply" and issubclass(self.value, torch.autograd.Function):
+            from .torch import TorchFunctionVariable
+
+            return TorchFunctionVariable(function_apply(self.value))
         try:
             attr = inspect.getattr_static(self.value, name)
         except AttributeError as e:
@@ -140,6 +146,30 @@ class UserDefinedClassVariable(VariableTracker):
 
     def __repr__(self) -> str:
         return f"UserDefinedClassVariable({self.value.__qualname__})"
+
+
+# --8<-- [start:custom-function]
+# [Note: a custom autograd.Function]
+# ``GeLUFunction.apply(x)`` (BLOOM's GELU, with a hand-written backward) reached
+# ``Function.apply``'s Python and then autograd's C ``apply``, which no trace can enter: a
+# graph break in every block (six graphs for two layers). The call is one op of the graph
+# instead, calling the class's ``apply`` as eager does. Dynamo learns its result by running it
+# on the example values; aotautograd traces *through* it, since it runs the graph on its own
+# tensors under autograd: the forward's ops are recorded, autograd keeps the Function's node,
+# and when the joint graph asks for gradients the engine calls the user's ``backward``, whose
+# ops are recorded in turn. So the compiled backward is the user's, fused like any other.
+# The target is a small function per class: FX prints a call to anything whose module is
+# torch's (``Function.apply`` is defined there) as an import path, which a bound class method
+# is not.
+@functools.cache
+def function_apply(cls: type) -> Callable[..., Any]:
+    """A graph target that calls ``cls.apply`` ([Note: a custom autograd.Function])."""
+    def apply(*args: Any, **kwargs: Any) -> Any:
+        return cls.apply(*args, **kwargs)
+    apply.__name__ = apply.__qualname__ = f"{cls.__name__}_apply"
+    apply.__module__ = cls.__module__
+    return apply
+# --8<-- [end:custom-function]
 
 
 # --8<-- [start:model-outputs]
