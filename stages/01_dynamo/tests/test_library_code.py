@@ -700,3 +700,21 @@ def test_a_c_method_called_through_its_class_still_runs(backend):
     opt = dynamo.optimize(backend)(fn)
     x = torch.randn(4)
     torch.testing.assert_close(opt(x), fn(x))
+
+
+def test_a_constant_tuple_plus_a_traced_one(backend, no_fallback):
+    """XLNet collects its layers' memories as ``mems = (); mems = mems + (h,)``: the empty
+    tuple is a constant and the right side a traced tuple; their sum is one tuple."""
+    def fn(x):
+        mems = ()
+        for i in range(3):
+            x = x.sin() + i
+            mems = mems + (x.detach(),)
+        return mems, x
+
+    opt = dynamo.optimize(backend, fullgraph=True)(fn)
+    x = torch.randn(4)
+    got, want = opt(x), fn(x)
+    assert isinstance(got[0], tuple) and len(got[0]) == 3
+    torch.testing.assert_close(got, want)
+    assert backend.calls == 1

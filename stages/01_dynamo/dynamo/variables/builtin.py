@@ -182,6 +182,11 @@ def _delitem(tx, obj, index):
 def _concat(tx: InstructionTranslator, a: VariableTracker, b: VariableTracker, inplace=False):
     # tuple + tuple and list + list build a new sequence; tensors fall through.
     if not isinstance(a, BaseListVariable):
+        # ``mems = (); mems = mems + (h,)`` (XLNet): a constant sequence, then a traced one
+        if isinstance(b, BaseListVariable) and a.is_python_constant() and \
+                type(a.as_python_constant()) is b.python_class and not inplace:
+            return b.new_sequence(tuple(ConstantVariable(v) for v in a.as_python_constant())
+                                  + b.items)
         return None
     if inplace and isinstance(a, ListVariable):  # xs += ys extends xs itself
         new = a.clone(items=a.items + tuple(get_iter(tx, b).unpack(tx)))
