@@ -718,3 +718,23 @@ def test_a_constant_tuple_plus_a_traced_one(backend, no_fallback):
     assert isinstance(got[0], tuple) and len(got[0]) == 3
     torch.testing.assert_close(got, want)
     assert backend.calls == 1
+
+
+def test_an_ordered_dict_made_in_the_graph_leaves_it_as_one(backend, no_fallback):
+    """torchvision's ``IntermediateLayerGetter`` and segmentation heads return a fresh
+    ``OrderedDict`` per call: built in the graph, and returned with its class and order."""
+    def fn(x, pairs):
+        out = collections.OrderedDict()
+        out["b"] = x.sin()
+        out["a"] = x.cos()
+        more = collections.OrderedDict(pairs, c=x + 1)
+        return out, more, isinstance(out, collections.OrderedDict)
+
+    opt = dynamo.optimize(backend, fullgraph=True)(fn)
+    x = torch.randn(3)
+    got, want = opt(x, [("z", 1.0)]), fn(x, [("z", 1.0)])
+    for g, w in zip(got[:2], want[:2]):
+        assert type(g) is collections.OrderedDict and list(g) == list(w)
+        for key in w:
+            torch.testing.assert_close(g[key], w[key])
+    assert got[2] is True and backend.calls == 1

@@ -13,6 +13,7 @@ Chapter: book/docs/dynamo.md ("Operators", "Builtins").
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import functools
 import inspect
@@ -288,6 +289,13 @@ def _dict(tx, arg=None, **kwargs):
     return ConstDictVariable({**items, **kwargs})
 
 
+def _ordered_dict(tx, arg=None, **kwargs):
+    """``OrderedDict(...)`` (torchvision's backbones and segmentation heads build one per
+    call): a dict that keeps its class, so it leaves the graph as an ``OrderedDict``. Its
+    own methods (``move_to_end``) still break the graph."""
+    return dataclasses.replace(_dict(tx, arg, **kwargs), cls=collections.OrderedDict)
+
+
 def _set(tx, arg=None):
     return SetVariable(tuple(get_iter(tx, arg).unpack(tx)) if arg is not None else ())
 
@@ -512,6 +520,7 @@ _SPECIAL_CASES = {
     tuple: _sequence(TupleVariable),
     list: _sequence(ListVariable),
     dict: _dict,
+    collections.OrderedDict: _ordered_dict,
     set: _set,
     isinstance: _isinstance,
     type: _type,
