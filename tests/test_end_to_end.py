@@ -483,3 +483,52 @@ def test_custom_autograd_function(target):
     with torch.no_grad():
         torch.testing.assert_close(compiled(x, w), fn(x, w))
     assert len(compiled.graphs) == 2  # training and inference: one graph each
+
+
+@pytest.mark.parametrize("target", ALL_TARGETS)
+def test_a_view_output_written_in_place(target):
+    """[Note: outputs that are views]: a Linear over a 3-d input returns a view of a 2-d
+    product; the caller writes into it in place (wav2vec2's time masking) and the gradients
+    are eager's. Autograd used to refuse the write ("a function that returns multiple
+    views")."""
+    lin = torch.nn.Linear(6, 5)
+
+    def fn(x):  # wav2vec2's feature projection: the projection and its normalized input
+        h = torch.nn.functional.layer_norm(x, (6,))
+        return lin(h), h
+
+    x = torch.linspace(-1.0, 1.0, 2 * 3 * 6).reshape(2, 3, 6).requires_grad_()
+    x_ref = x.detach().clone().requires_grad_()
+    compiled = driver.compile(fn, options={"target": target})
+    grads = []
+    for run, inp in ((compiled, x), (fn, x_ref)):
+        h, normed = run(inp)
+        h[:, 1] = 0.0  # a write into the output, as eager allows
+        (h.square().sum() + normed.sum()).backward()
+        grads.append((h.detach(), inp.grad, lin.weight.grad.clone()))
+        lin.weight.grad = None
+    for got, want in zip(*grads):  # (LayerNorm's backward: float32 rounding, ~1e-5)
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_parametrized_weight(target):
+    """``weight_norm`` through ``torch.nn.utils.parametrize`` (wav2vec2's positional
+    convolution): the weight is a property whose getter is a closure; its free variables
+    are the closure's cells. One graph, eager's values and gradients."""
+    conv = torch.nn.utils.parametrizations.weight_norm(torch.nn.Conv1d(4, 4, 3, padding=1))
+
+    def fn(x):
+        return conv(x).tanh().sum()
+
+    x = torch.linspace(-1.0, 1.0, 2 * 4 * 8).reshape(2, 4, 8)
+    compiled = driver.compile(fn, options={"target": target}, fullgraph=True)
+    got = compiled(x)
+    got.backward()
+    grads = [p.grad.clone() for p in conv.parameters()]
+    conv.zero_grad()
+    want = fn(x)
+    want.backward()
+    torch.testing.assert_close(got, want)
+    for g, p in zip(grads, conv.parameters()):
+        torch.testing.assert_close(g, p.grad)

@@ -61,9 +61,10 @@ def class_attribute(tx: InstructionTranslator, obj_vt: VariableTracker, cls: typ
     if isinstance(attr, classmethod):
         return UserMethodVariable(attr.__func__, UserDefinedClassVariable(cls))
     if isinstance(attr, property) and isinstance(attr.fget, types.FunctionType):
-        code = attr.fget.__code__
+        code = attr.fget.__code__  # a getter may be a closure (``torch.nn.utils.parametrize``
+        cells = dict(zip(code.co_freevars, attr.fget.__closure__ or ()))  # makes one per name)
         return inline_call(tx, code, attr.fget.__globals__,
-                           {code.co_varnames[0]: obj_vt}, {}, None)
+                           {code.co_varnames[0]: obj_vt}, cells, None)
     if hasattr(attr, "__get__") and not isinstance(attr, (int, float, str, tuple)):
         unimplemented(f"the descriptor {cls.__qualname__}.{name} ({type(attr).__name__})")
     static = wrap_static(attr, strict=obj_vt.source is None)
