@@ -212,18 +212,19 @@ def make_inference_runtime(program: Program, compiled_fw: Callable) -> Callable[
 # multiple views"), where eager's output was an ordinary tensor: wav2vec2's training step
 # writes its masked time steps into the feature projection's output and crashed. So a view
 # leaves the Function as a tensor of its own over the same memory (``set_``: no copy, no
-# view record); if another output shares that memory, as a copy, since a write into one
-# must not reach the other behind autograd's back.
-def fresh_outputs(outputs: Sequence) -> tuple:
+# view record); if another output or an input shares that memory, as a copy, since a write
+# into one must not reach the other behind autograd's back.
+def fresh_outputs(outputs: Sequence, primals: Sequence) -> tuple:
     """``outputs`` with every view replaced by a tensor that is not one."""
     if not any(isinstance(o, torch.Tensor) and o._is_view() for o in outputs):
         return tuple(outputs)
     memory = [o.untyped_storage().data_ptr() if isinstance(o, torch.Tensor) else None
               for o in outputs]
+    inputs = {p.untyped_storage().data_ptr() for p in primals if isinstance(p, torch.Tensor)}
     fresh = []
     for o, address in zip(outputs, memory):
         if isinstance(o, torch.Tensor) and o._is_view():
-            if memory.count(address) > 1:
+            if memory.count(address) > 1 or address in inputs:
                 o = o.clone()
             else:
                 o = o.new_empty(0).set_(o.untyped_storage(), o.storage_offset(), o.size(),
@@ -268,7 +269,8 @@ def make_training_runtime(program: Program, partition: Partition, compiled_fw: C
             else:
                 ctx.save_for_backward(*saved)
             new_values.extend(outputs[:first])
-            results = fresh_outputs(outputs[first:num_outputs])  # [Note: outputs that are views]
+            # [Note: outputs that are views]
+            results = fresh_outputs(outputs[first:num_outputs], primals)
             if no_tangent:
                 ctx.mark_non_differentiable(*[results[i] for i in no_tangent])
             # [Note: no zeros for gradients nobody sent]

@@ -273,3 +273,22 @@ def test_the_function_is_applied_by_autograds_c_apply_unless_functorch_is_active
     loss.backward()
     assert len(python_applies) == (1 if transforms else 0)
     torch.testing.assert_close(x.grad, 2 * x.detach().cos())
+
+
+def test_views_leave_the_function_as_tensors_of_their_own():
+    """[Note: outputs that are views]: a view alone in its memory keeps that memory (no
+    copy); one sharing it with another output, or with an input, is copied."""
+    from aotautograd.runtime import fresh_outputs
+
+    buffer, other, x = torch.arange(12.0), torch.arange(6.0), torch.arange(4.0)
+    alone, twin_a, twin_b = buffer.view(3, 4), other[:3], other[3:]
+    of_input = x.view(2, 2)
+    got = fresh_outputs([alone, twin_a, twin_b, of_input, 7], [x])
+    assert not any(t._is_view() for t in got[:4]) and got[4] == 7
+    for g, want in zip(got[:4], [alone, twin_a, twin_b, of_input]):
+        torch.testing.assert_close(g, want)
+    assert got[0].data_ptr() == alone.data_ptr()  # the same memory, no copy
+    assert all(g.data_ptr() != w.data_ptr() for g, w in zip(got[1:4], [twin_a, twin_b,
+                                                                       of_input]))
+    plain = [torch.ones(2), 3]
+    assert fresh_outputs(plain, [x])[0] is plain[0]  # no view: nothing changes
