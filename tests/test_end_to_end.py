@@ -20,6 +20,19 @@ TARGETS = ["triton"] if DEVICE == "cuda" else ["triton", "cpp"]
 ALL_TARGETS = [*TARGETS, "fallback"]
 
 
+def assert_loss_and_grads_match(got: torch.Tensor, module: torch.nn.Module, eager) -> None:
+    """``got`` (a compiled loss, not yet backpropagated) and the gradients it gives
+    ``module``'s parameters equal eager's (``eager()`` recomputes the loss)."""
+    got.backward()
+    grads = [p.grad.clone() for p in module.parameters()]
+    module.zero_grad()
+    want = eager()
+    want.backward()
+    torch.testing.assert_close(got, want)
+    for g, p in zip(grads, module.parameters()):
+        torch.testing.assert_close(g, p.grad)
+
+
 def kernels_of(compiled) -> list[str]:
     return [k for r in compiled.graphs for k in r.artifacts if k.startswith("kernels/")]
 
@@ -331,14 +344,7 @@ def test_tensors_made_in_the_graph_from_python_values(target, scalar_device):
         warnings.simplefilter("always")
         got = fast(x)
     assert not [w for w in caught if issubclass(w.category, dynamo.FallbackWarning)]
-    got.backward()
-    grads = [p.grad.clone() for p in model.parameters()]
-    model.zero_grad()
-    want = model(x)
-    want.backward()
-    torch.testing.assert_close(got, want)
-    for g, p in zip(grads, model.parameters()):
-        torch.testing.assert_close(g, p.grad)
+    assert_loss_and_grads_match(got, model, lambda: model(x))
     assert kernels_of(fast)
 
 
@@ -523,12 +529,4 @@ def test_a_parametrized_weight(target):
 
     x = torch.linspace(-1.0, 1.0, 2 * 4 * 8).reshape(2, 4, 8)
     compiled = driver.compile(fn, options={"target": target}, fullgraph=True)
-    got = compiled(x)
-    got.backward()
-    grads = [p.grad.clone() for p in conv.parameters()]
-    conv.zero_grad()
-    want = fn(x)
-    want.backward()
-    torch.testing.assert_close(got, want)
-    for g, p in zip(grads, conv.parameters()):
-        torch.testing.assert_close(g, p.grad)
+    assert_loss_and_grads_match(compiled(x), conv, lambda: fn(x))
