@@ -246,7 +246,52 @@ def test_precompile_warms_every_variant_and_skips_the_ones_that_fail():
     assert a.warmed == [((torch.float32, torch.bfloat16, 4096), (1,),
                          {"XBLOCK": 1024, "num_warps": 8})]
     assert b.warmed == [((torch.bool, 7), (1,), {"XBLOCK": 8, "num_warps": 1})]
-    assert launcher.precompile(jobs[:1]) == 0  # one kernel: nothing to overlap
+    assert launcher.precompile(jobs[:1]) == 1  # one kernel too: its launcher builds beside it
+
+
+def test_a_launcher_is_built_beside_its_kernel(monkeypatch):
+    """[Note: a launcher built beside its kernel]: the hook Triton calls before a compile
+    starts a build of exactly the launcher source Triton's ``CudaLauncher`` builds for that
+    variant (so the variant's first load finds it in the cache), once per source; it calls
+    the hook installed before, and puts it back afterwards."""
+    pytest.importorskip("triton.backends.nvidia.driver")
+    from triton import knobs
+    from triton.backends.nvidia import driver as nvidia
+    from triton.compiler.compiler import ASTSource
+    from triton.runtime import build
+
+    built, earlier = [], []
+    monkeypatch.setattr(build, "compile_module_from_src", lambda **kw: built.append(kw["src"]))
+    monkeypatch.setattr(nvidia, "library_dirs", lambda: [])  # (asks for libcuda: no GPU here)
+
+    def installed_before(**kwargs):
+        earlier.append(kwargs["key"])
+    monkeypatch.setattr(knobs.runtime, "jit_cache_hook", installed_before)
+    monkeypatch.setattr(launcher, "_LAUNCHERS_STARTED", set())
+    signature = {"in_ptr0": "*fp32", "out_ptr0": "*bf16", "xnumel": "i32", "XBLOCK": "constexpr"}
+    constants = {(3,): 1024}
+    threads = []
+    with launcher._building_launchers(threads):
+        for key in ("first", "same signature again"):
+            knobs.runtime.jit_cache_hook(key=key, compile={"signature": signature,
+                                                           "constants": constants})
+    for thread in threads:
+        thread.join()
+    assert knobs.runtime.jit_cache_hook is installed_before
+    assert earlier == ["first", "same signature again"]
+    assert len(built) == 1
+
+    class Stop(Exception):
+        pass
+
+    def triton_builds(src, **kwargs):
+        built.append(src)
+        raise Stop
+    monkeypatch.setattr(nvidia, "compile_module_from_src", triton_builds)
+    fn = type("Fn", (), {"__name__": "k", "arg_names": list(signature)})()
+    with pytest.raises(Stop):
+        nvidia.CudaLauncher(ASTSource(fn, signature, constants), object())
+    assert built[1] == built[0]  # the very source Triton builds at the first load
 
 
 def _spec(args):
