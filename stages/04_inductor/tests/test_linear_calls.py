@@ -256,3 +256,48 @@ def test_a_product_plus_gathered_rows_is_not_a_bias_add(target):
     with torch.no_grad():
         torch.testing.assert_close(compiled(x, ids), fn(x, ids))
     assert len(compiled.graphs) == 1
+
+
+def test_a_view_that_is_its_whole_buffer_is_passed_as_it_is():
+    """[Note: a view that is its whole buffer]: a library call reads the buffer itself when
+    the view has its layout; a transpose or an offset still goes through ``reinterpret``."""
+    import sympy
+    from inductor.codegen.wrapper import literal, whole_buffer
+    from inductor.ir import FixedLayout, InputBuffer, ReinterpretView
+
+    def ints(*values):
+        return [sympy.Integer(v) for v in values]
+
+    base = InputBuffer("arg0", FixedLayout(torch.device("cpu"), torch.float32, ints(10, 16),
+                                           ints(16, 1)))
+
+    def view(size, stride, offset=0, dtype=torch.float32):
+        layout = FixedLayout(torch.device("cpu"), dtype, ints(*size), ints(*stride))
+        return ReinterpretView("arg0", layout, base, sympy.Integer(offset))
+    assert whole_buffer(view((10, 16), (16, 1))) and literal(view((10, 16), (16, 1)), {}) == "arg0"
+    assert literal(view((16, 10), (1, 16)), {}) == "reinterpret(arg0, (16, 10), (1, 16), 0)"
+    assert not whole_buffer(view((10, 16), (16, 1), offset=16))
+    assert not whole_buffer(view((5, 16), (16, 1)))
+    assert not whole_buffer(view((10, 16), (16, 1), dtype=torch.int32))
+
+
+@pytest.mark.parametrize("target", ["cpp", "triton"])
+def test_gradients_when_library_calls_read_whole_buffers(target):
+    """A classifier head without bias (the convnet's): the backward's ``mm`` reads the weight
+    whole; values and gradients as eager's."""
+    torch.manual_seed(3)
+    dev = device_for(target)
+    head = torch.nn.Linear(16, 10, bias=False).to(dev)
+    x = torch.randn(6, 16, device=dev, requires_grad=True)
+    target_ = torch.randint(10, (6,), device=dev)
+
+    def loss_of(a):
+        return torch.nn.functional.cross_entropy(head(torch.tanh(a)), target_)
+    compiled = driver.compile(loss_of, options={"target": target})
+    got = compiled(x)
+    got_grads = torch.autograd.grad(got, [x, head.weight])
+    want = loss_of(x)
+    want_grads = torch.autograd.grad(want, [x, head.weight])
+    torch.testing.assert_close(got, want)
+    for g, w in zip(got_grads, want_grads):
+        torch.testing.assert_close(g, w)

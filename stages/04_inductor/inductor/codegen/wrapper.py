@@ -121,6 +121,25 @@ def launch_grid(kernel: Any) -> str:
     return f"({programs[0]}, {programs[1] if len(programs) > 1 else 1}, 1)"
 
 
+# --8<-- [start:whole-buffer]
+# [Note: a view that is its whole buffer]
+# A library call is handed a view of a buffer as ``reinterpret(buf, size, stride, offset)``,
+# an ``as_strided`` at every call: 4 to 8 us of host time each inside a training step on the
+# H200 host. Often the view is the buffer itself, in the very layout it has: the weight of a
+# ``Linear`` without its own ``linear`` line, an activation read whole by ``mm``. The graph
+# break benchmark's step made five such calls, the convnet's two. Then the buffer is passed
+# as it is; sizes are compared as expressions, so a symbolic size equal on both sides counts.
+def whole_buffer(view: ReinterpretView) -> bool:
+    """Whether ``view`` is its base's memory exactly as the base lays it out: no offset, the
+    same dtype, sizes and strides."""
+    base = view.base
+    return (isinstance(base, Buffer) and not isinstance(base, ReinterpretView)
+            and sympy.sympify(view.offset) == 0 and base.get_dtype() == view.get_dtype()
+            and list(base.layout.size) == list(view.layout.size)
+            and list(base.layout.stride) == list(view.layout.stride))
+# --8<-- [end:whole-buffer]
+
+
 def literal(value: Any, constants: dict[str, Any]) -> str:
     """Python source for a constant argument; anything unusual goes into the namespace
     (bound by name), so no user-controlled text is ever pasted into code."""
@@ -131,6 +150,8 @@ def literal(value: Any, constants: dict[str, Any]) -> str:
     if isinstance(value, torch.dtype):
         return str(value)  # "torch.float32"
     if isinstance(value, ReinterpretView):  # [Note: views into library calls]
+        if whole_buffer(value):  # [Note: a view that is its whole buffer]
+            return value.name
         layout = value.layout
         return (f"reinterpret({value.name}, {_sizes(layout.size)}, {_sizes(layout.stride)}, "
                 f"{pexpr(value.offset)})")
