@@ -282,7 +282,9 @@ def symbolic_meta(env: ShapeEnv, tensor: torch.Tensor, source: str,
     meta = torch.empty_strided([_symint(env, e) for e in sizes],
                                [_symint(env, e) for e in strides],
                                dtype=tensor.dtype, device="meta")
-    return meta.requires_grad_(tensor.requires_grad)
+    from .variables.builder import grad_like  # (builder imports this module)
+
+    return grad_like(meta, tensor)  # [Note: an example that is not a leaf]
 # --8<-- [end:symbolic-meta]
 
 

@@ -183,7 +183,8 @@ def mark_input_mutations(fw_gm: torch.fx.GraphModule, program: Program) -> None:
     ``fw_gm.meta["input_mutations"]``, pairs (output position, input position). A compiler
     may store such a value into the input's memory and return the input itself; the
     runtime then skips its copy ([Note: inputs written in place] in runtime.py)."""
-    fw_gm.meta["input_mutations"] = list(enumerate(program.mutated_inputs))
+    fw_gm.meta["input_mutations"] = [(p, i) for p, i in enumerate(program.mutated_inputs)
+                                     if p not in program.differentiable]
 
 
 def state_reader(gm: Callable) -> Callable[[], list[torch.Tensor]]:

@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 import torch.fx as fx
@@ -121,6 +122,10 @@ def trace_program(fn: Callable, example_inputs: Sequence[object],
     metas = list(metas) if metas is not None else [None] * len(example_inputs)
     primals = [tracer.placeholder(i, x, f"primal_{i}", train and _requires_grad(x), meta)
                for i, (x, meta) in enumerate(zip(example_inputs, metas))]
+    leaves = list(primals)  # what gradients are taken with respect to
+    for i, x in enumerate(example_inputs):  # [Note: an input that is not a leaf]
+        if train and _requires_grad(x) and not x.is_leaf:
+            primals[i] = not_a_leaf(primals[i])
     by_id: dict[int, TracerTensor] = {}  # a tied weight is one primal under two names
     state_names = []
     for name, tensor in state.items():
@@ -128,6 +133,7 @@ def trace_program(fn: Callable, example_inputs: Sequence[object],
             by_id[id(tensor)] = tracer.placeholder(len(primals), tensor, _placeholder_name(
                 name, tensor), train and tensor.requires_grad)
             primals.append(by_id[id(tensor)])
+            leaves.append(by_id[id(tensor)])
             state_names.append(name)
     # each primal's placeholder, taken now: a primal written in place is traced on as its
     # new value (another node), but its sizes still come from the input
@@ -140,13 +146,16 @@ def trace_program(fn: Callable, example_inputs: Sequence[object],
                           if isinstance(v, TracerTensor) and v.requires_grad]
         mutated = sorted(tracer.mutated_inputs)
         graph_values = [primals[i] for i in mutated] + graph_values
-        differentiable = [i + len(mutated) for i in differentiable]
-        grad_primals = [i for i, p in enumerate(primals)
+        # an input's new value has a gradient when the write made it require one
+        # ([Note: an input that is not a leaf]); a running statistic's has none
+        differentiable = [j for j in range(len(mutated)) if graph_values[j].requires_grad] \
+            + [i + len(mutated) for i in differentiable]
+        grad_primals = [i for i, p in enumerate(leaves)
                         if isinstance(p, TracerTensor) and p.requires_grad]
         grads = []
         if train and differentiable and grad_primals:
             grads = trace_backward(tracer, [graph_values[i] for i in differentiable],
-                                   [primals[i] for i in grad_primals])
+                                   [leaves[i] for i in grad_primals])
         else:
             differentiable, grad_primals = [], []
     tracer.graph.output(tuple(_as_node(v) for v in graph_values + grads))
@@ -193,6 +202,38 @@ def classify_outputs(tracer: Tracer, primals: list, outputs: list) -> tuple[list
             specs.append(OutputSpec("graph", len(graph_values)))
             graph_values.append(out)
     return specs, graph_values
+
+
+# --8<-- [start:not-a-leaf]
+# [Note: an input that is not a leaf]
+# A placeholder that requires grad is a leaf of the autograd graph the tracer builds, and
+# autograd refuses an in-place write into a leaf that requires grad. The real input often is
+# no leaf: a frame resumed after a graph break receives activations, and eager lets the
+# program write into them (wav2vec2 writes its masked time steps into the feature
+# projection's output: ``hidden_states[mask] = self.masked_spec_embed``). So an input that is
+# not a leaf in the call being compiled is handed to the program as the output of a
+# one-step autograd.Function whose backward passes the gradient through: the same graph
+# input (node, role, position), but with a ``grad_fn``. The write is then functionalized as
+# for any input, and gradients are still taken with respect to the placeholder itself, so
+# they reach the input's old value through the write, as in eager. The input's new value
+# leaves the graph with a gradient of its own, and the runtime copies it into the real
+# input with autograd recording (``make_write_back``), as eager's write did.
+class _SameInput(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, x: TracerTensor) -> TracerTensor:
+        out = TracerTensor(x.meta, x.device, x.proxy)
+        out.role, out.input_index = x.role, x.input_index
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        return grad
+
+
+def not_a_leaf(placeholder: TracerTensor) -> TracerTensor:
+    """``placeholder`` with a ``grad_fn``: the same graph input, no longer a leaf."""
+    return _SameInput.apply(placeholder)
+# --8<-- [end:not-a-leaf]
 
 
 def _requires_grad(x: object) -> bool:

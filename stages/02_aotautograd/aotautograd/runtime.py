@@ -134,9 +134,17 @@ def make_write_back(program: Program) -> Callable[[Sequence, Sequence], None] | 
     writes = list(enumerate(program.mutated_inputs))
     if not writes:
         return None
+    # a new value with a gradient is copied with autograd recording, as eager's write was
+    # ([Note: an input that is not a leaf] in joint.py); the graph never writes it in place
+    recorded = [(p, i) for p, i in writes if p in program.differentiable]
+    writes = [(p, i) for p, i in writes if p not in program.differentiable]
     groups: list[tuple[list[int], list[int]]] = []  # found at the first call
 
     def write_back(primals: Sequence, graph_outputs: Sequence) -> None:
+        for p, i in recorded:
+            primals[i].copy_(graph_outputs[p])
+        if not writes:
+            return
         in_place = [primals[i] for p, i in writes if graph_outputs[p] is primals[i]]
         if in_place:
             torch.autograd.graph.increment_version(in_place)

@@ -231,7 +231,38 @@ def meta_copy(value: torch.Tensor) -> torch.Tensor:
     # found) at no compute cost, and without touching the user's data.
     """
     meta = torch.empty_strided(value.size(), value.stride(), dtype=value.dtype, device="meta")
-    return meta.requires_grad_(value.requires_grad)
+    return grad_like(meta, value)
+
+
+# --8<-- [start:non-leaf-input]
+# [Note: an example that is not a leaf]
+# An example value starts as a fresh meta tensor, which autograd sees as a *leaf*. Most inputs
+# of a frame that require grad are not leaves, though: a resumed frame after a graph break,
+# or a helper compiled on its own, receives activations, each with the ``grad_fn`` of the op
+# that made it. Autograd refuses an in-place write into a leaf that requires grad, and allows
+# it into a non-leaf; so wav2vec2's ``hidden_states[mask] = self.masked_spec_embed``, fine in
+# eager, raised in the trace, and the frame ran eagerly with a warning. The example of such an
+# input is made a non-leaf too: the output of a one-op autograd.Function that returns a tensor
+# with the same sizes and strides (not a view, which in-place writes treat differently).
+# Under ``no_grad`` autograd checks nothing, and a leaf does.
+class _NotALeaf(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        return torch.empty_strided(x.size(), x.stride(), dtype=x.dtype, device=x.device)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        return grad
+
+
+def grad_like(example: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+    """``example`` requiring grad as ``value`` does, and, with grad mode on, a non-leaf when
+    ``value`` is one ([Note: an example that is not a leaf])."""
+    example.requires_grad_(value.requires_grad)
+    if value.requires_grad and not value.is_leaf and torch.is_grad_enabled():
+        return _NotALeaf.apply(example)
+    return example
+# --8<-- [end:non-leaf-input]
 
 
 def wrap_attribute(tx: InstructionTranslator, owner: VariableTracker, obj: Any, key: Any,

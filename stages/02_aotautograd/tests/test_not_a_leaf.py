@@ -1,0 +1,94 @@
+"""[Note: an input that is not a leaf] (joint.py): a compiled function may write in place
+into an input that requires grad and is not a leaf, as eager allows; the write's gradient
+reaches the input's old value and the values written. Eager PyTorch is the oracle."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+from dynamo.exc import FallbackWarning
+
+import driver
+
+TARGETS = ["cpp", "triton"]  # (triton runs under the interpreter without a GPU)
+
+emb = torch.nn.Parameter(torch.randn(8, generator=torch.Generator().manual_seed(0)))
+rows = torch.tensor([0, 2])
+mask = torch.tensor([True, False, True, False])
+
+WRITES = {
+    "slice set to zero": lambda h: h.__setitem__((slice(None), 0), 0.0),
+    "mul_": lambda h: h.mul_(2),
+    "rows set to a parameter": lambda h: h.__setitem__(rows, emb),
+    "masked rows set to a constant": lambda h: h.__setitem__(mask, emb.detach()),
+}
+
+
+def run(write, compile_with):
+    def helper(h):  # compiled on its own: ``h`` reaches it with the grad_fn of ``+``
+        write(h)
+        return h
+    inner = compile_with(helper) if compile_with else helper
+    torch.manual_seed(1)
+    x, w = torch.randn(4, 8), torch.randn(8, 8, requires_grad=True)
+    h = x @ w + 0.5
+    out = inner(h)
+    loss = (out * out).sum()
+    grads = torch.autograd.grad(loss, [w, emb], allow_unused=True)
+    return out is h, loss, grads
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("name", list(WRITES))
+def test_a_write_into_a_non_leaf_input_compiles_and_matches_eager(name, target):
+    compiled = []
+
+    def compile_with(fn):
+        compiled.append(driver.compile(fn, options={"target": target}))
+        return compiled[-1]
+    same_eager, want, want_grads = run(WRITES[name], None)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FallbackWarning)
+        same, got, got_grads = run(WRITES[name], compile_with)
+    assert len(compiled[0].graphs) == 1
+    assert same and same_eager  # the helper returns the very tensor it wrote
+    torch.testing.assert_close(got, want)
+    for g, w in zip(got_grads, want_grads):
+        if w is None:
+            assert g is None
+        else:
+            torch.testing.assert_close(g, w)
+
+
+def test_a_write_whose_gradient_needs_the_data_falls_back_correctly():
+    """``h[mask] = emb``: emb's gradient is ``grad[mask]``, whose size depends on the mask's
+    values, which a trace on meta tensors cannot know: the frame runs eagerly, one warning."""
+    write = lambda h: h.__setitem__(mask, emb)  # noqa: E731
+    _, want, want_grads = run(write, None)
+    with pytest.warns(FallbackWarning, match="data-dependent"):
+        _, got, got_grads = run(write, lambda fn: driver.compile(fn, options={"target": "cpp"}))
+    torch.testing.assert_close(got, want)
+    for g, w in zip(got_grads, want_grads):
+        torch.testing.assert_close(g, w)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_copying_a_value_with_a_gradient_into_an_input_records_it(target):
+    """``buf.copy_(y * 2)``: in eager ``buf`` then requires grad and its gradient reaches
+    ``y``; the compiled copy-back records the same."""
+    def f(buf, y):
+        buf.copy_(y * 2)
+        return buf.sum() * 3
+
+    y = torch.randn(5, requires_grad=True)
+    buf_e, buf_c = torch.zeros(5), torch.zeros(5)
+    want = f(buf_e, y)
+    (want_grad,) = torch.autograd.grad(want, [y])
+    got = driver.compile(f, options={"target": target})(buf_c, y)
+    (got_grad,) = torch.autograd.grad(got, [y])
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(got_grad, want_grad)
+    torch.testing.assert_close(buf_c, buf_e.detach())
+    assert buf_c.requires_grad and buf_e.requires_grad
