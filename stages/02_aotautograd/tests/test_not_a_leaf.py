@@ -14,29 +14,37 @@ import driver
 
 TARGETS = ["cpp", "triton"]  # (triton runs under the interpreter without a GPU)
 
+
+def device_for(target: str) -> str:
+    return "cuda" if target == "triton" and torch.cuda.is_available() else "cpu"
+
+
 emb = torch.nn.Parameter(torch.randn(8, generator=torch.Generator().manual_seed(0)))
 rows = torch.tensor([0, 2])
 mask = torch.tensor([True, False, True, False])
 
-WRITES = {
-    "slice set to zero": lambda h: h.__setitem__((slice(None), 0), 0.0),
-    "mul_": lambda h: h.mul_(2),
-    "rows set to a parameter": lambda h: h.__setitem__(rows, emb),
-    "masked rows set to a constant": lambda h: h.__setitem__(mask, emb.detach()),
+WRITES = {  # (each reads emb, rows and mask from the arguments: they follow the device)
+    "slice set to zero": lambda h, e, r, m: h.__setitem__((slice(None), 0), 0.0),
+    "mul_": lambda h, e, r, m: h.mul_(2),
+    "rows set to a parameter": lambda h, e, r, m: h.__setitem__(r, e),
+    "masked rows set to a constant": lambda h, e, r, m: h.__setitem__(m, e.detach()),
 }
 
 
-def run(write, compile_with):
+def run(write, compile_with, device="cpu"):
+    e = emb if device == "cpu" else torch.nn.Parameter(emb.detach().to(device))
+    r, m = rows.to(device), mask.to(device)
+
     def helper(h):  # compiled on its own: ``h`` reaches it with the grad_fn of ``+``
-        write(h)
+        write(h, e, r, m)
         return h
     inner = compile_with(helper) if compile_with else helper
     torch.manual_seed(1)
-    x, w = torch.randn(4, 8), torch.randn(8, 8, requires_grad=True)
+    x, w = torch.randn(4, 8, device=device), torch.randn(8, 8, device=device, requires_grad=True)
     h = x @ w + 0.5
     out = inner(h)
     loss = (out * out).sum()
-    grads = torch.autograd.grad(loss, [w, emb], allow_unused=True)
+    grads = torch.autograd.grad(loss, [w, e], allow_unused=True)
     return out is h, loss, grads
 
 
@@ -48,10 +56,11 @@ def test_a_write_into_a_non_leaf_input_compiles_and_matches_eager(name, target):
     def compile_with(fn):
         compiled.append(driver.compile(fn, options={"target": target}))
         return compiled[-1]
-    same_eager, want, want_grads = run(WRITES[name], None)
+    device = device_for(target)
+    same_eager, want, want_grads = run(WRITES[name], None, device)
     with warnings.catch_warnings():
         warnings.simplefilter("error", FallbackWarning)
-        same, got, got_grads = run(WRITES[name], compile_with)
+        same, got, got_grads = run(WRITES[name], compile_with, device)
     assert len(compiled[0].graphs) == 1
     assert same and same_eager  # the helper returns the very tensor it wrote
     torch.testing.assert_close(got, want)
@@ -65,7 +74,7 @@ def test_a_write_into_a_non_leaf_input_compiles_and_matches_eager(name, target):
 def test_a_write_whose_gradient_needs_the_data_falls_back_correctly():
     """``h[mask] = emb``: emb's gradient is ``grad[mask]``, whose size depends on the mask's
     values, which a trace on meta tensors cannot know: the frame runs eagerly, one warning."""
-    write = lambda h: h.__setitem__(mask, emb)  # noqa: E731
+    write = lambda h, e, r, m: h.__setitem__(m, e)  # noqa: E731
     _, want, want_grads = run(write, None)
     with pytest.warns(FallbackWarning, match="data-dependent"):
         _, got, got_grads = run(write, lambda fn: driver.compile(fn, options={"target": "cpp"}))
@@ -82,8 +91,9 @@ def test_copying_a_value_with_a_gradient_into_an_input_records_it(target):
         buf.copy_(y * 2)
         return buf.sum() * 3
 
-    y = torch.randn(5, requires_grad=True)
-    buf_e, buf_c = torch.zeros(5), torch.zeros(5)
+    device = device_for(target)
+    y = torch.randn(5, device=device, requires_grad=True)
+    buf_e, buf_c = torch.zeros(5, device=device), torch.zeros(5, device=device)
     want = f(buf_e, y)
     (want_grad,) = torch.autograd.grad(want, [y])
     got = driver.compile(f, options={"target": target})(buf_c, y)
