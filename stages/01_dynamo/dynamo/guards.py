@@ -137,6 +137,8 @@ def make_constant_guards(source: str, value: Any) -> list[Guard]:
     guards = [Guard(source, "TYPE", f"type({source}) is {_type_expr(value)}")]
     if isinstance(value, float) and math.isnan(value):
         return guards + [Guard(source, "VALUE", f"math.isnan({source})")]
+    if type(value).__module__ == "numpy":  # [Note: numpy scalars are constants]
+        value = value.item()  # np.int64(8) == 8, and the type guard says which it is
     return guards + [Guard(source, "VALUE", f"{source} == {literal(value)}")]
 
 
@@ -147,6 +149,11 @@ def _type_expr(value: Any) -> str:
         return "torch.device"
     if isinstance(value, torch.Size):
         return "torch.Size"
+    if type(value).__module__ != "builtins":  # numpy.int64: sys.modules['numpy'].int64
+        path = python_path(type(value))
+        if path is None:
+            raise TypeError(f"no name for the type {type(value).__qualname__}")
+        return path
     return type(value).__name__  # a builtin: int, float, bool, str, complex, tuple
 
 

@@ -73,6 +73,8 @@ def is_pure(fn: Any) -> bool:
             return True
     except TypeError:  # unhashable values are never functions
         return False
+    if type(fn).__name__ == "ufunc" and type(fn).__module__ == "numpy":
+        return True  # np.lcm(8, 8) on constants: [Note: numpy scalars are constants]
     return callable(fn) and getattr(fn, "__module__", None) in ("math", "_operator")
 
 
@@ -235,6 +237,10 @@ def _eq(tx, a, b, negate=False):
         return None
     if a.is_python_constant() and b.is_python_constant():
         return None
+    for v in (a, b):  # `==` is `is` only for objects that compare by identity
+        if hasattr(v, "value") and type(v.value).__eq__ is not object.__eq__:
+            unimplemented(f"`==` on a {type(v.value).__qualname__}, which defines its own "
+                          "__eq__")
     return _is(tx, a, b, negate)
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import operator
+import sys
 import types
 from typing import TYPE_CHECKING, Any
 
@@ -43,13 +44,33 @@ _SCALAR_TYPES = (
 
 def is_literal(value: Any) -> bool:
     """True for immutable values whose every operation can be folded at trace time."""
-    if isinstance(value, _SCALAR_TYPES):
+    if isinstance(value, _SCALAR_TYPES) or _numpy_scalar(value):
         return True
     if type(value) in (tuple, frozenset, torch.Size):
         return all(is_literal(v) for v in value)
     if isinstance(value, slice):
         return all(is_literal(v) for v in (value.start, value.stop, value.step))
     return False
+
+
+# --8<-- [start:numpy-scalars]
+# [Note: numpy scalars are constants]
+# ``np.lcm(8, 8)`` is a ``numpy.int64``, not an ``int``. As an object of a class the trace did
+# not know, it used to become a ``UserObjectVariable``, and ``==`` between such objects fell
+# back to identity: Reformer's ``seq_len % np.lcm(...) != 0`` came out True under compile and
+# False in eager, silently. A numpy scalar is as immutable as an ``int``, so it is a constant
+# like one: operations on it are folded at trace time with numpy's own semantics, and one
+# read from a global or an attribute is guarded like any constant found there.
+def _numpy_scalar(value: Any) -> bool:
+    numpy = sys.modules.get("numpy")  # (never imported here: a value of it means it is loaded)
+    return numpy is not None and isinstance(value, (numpy.bool_, numpy.number))
+# --8<-- [end:numpy-scalars]
+
+
+def _plain(value: Any) -> Any:
+    """A numpy scalar as the Python number it is when it is an argument of a tensor op (as
+    PyTorch reads it); any other value as it is."""
+    return value.item() if _numpy_scalar(value) else value
 
 
 def fold(fn: Any, *args: Any, **kwargs: Any) -> VariableTracker:
@@ -74,6 +95,12 @@ class ConstantVariable(KnownValueVariable):
 
     def python_type(self) -> type:
         return type(self.value)
+
+    def as_proxy(self) -> Any:
+        return _plain(self.value)
+
+    def as_example(self) -> Any:
+        return _plain(self.value)
 
     def var_getattr(self, tx: InstructionTranslator, name: str) -> VariableTracker:
         from .misc import MethodVariable

@@ -16,6 +16,7 @@ import contextlib
 import dataclasses
 import functools
 import inspect
+import sys
 import types
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -24,7 +25,7 @@ import torch
 
 from ..exc import UserErrorInTrace, unimplemented
 from .base import MutableLocal, VariableTracker
-from .constant import ConstantVariable
+from .constant import ConstantVariable, fold
 
 if TYPE_CHECKING:
     from ..codegen import Residual
@@ -126,6 +127,9 @@ class UserDefinedClassVariable(VariableTracker):
             if len(values) > 1 or set(kwargs) - {"enter_result"}:
                 raise UserErrorInTrace(TypeError("nullcontext() takes one optional argument"))
             return NullContextVariable(values[0] if values else ConstantVariable(None))
+        if _numpy_scalar_type(cls) and all(a.is_python_constant() for a in args) \
+                and not kwargs:  # np.int64(3): [Note: numpy scalars are constants]
+            return fold(cls, *[a.as_python_constant() for a in args])
         if cls.__new__ is not object.__new__ or type(cls) is not type:
             unimplemented(f"constructing a {cls.__qualname__} (custom __new__ or metaclass)")
         if inspect.getattr_static(cls, "__setattr__") is not object.__setattr__:
@@ -312,6 +316,11 @@ def _bind_fields(fields, defaults, args, kwargs):
         else:
             raise UserErrorInTrace(TypeError(f"missing argument {name!r}"))
     return items
+
+
+def _numpy_scalar_type(cls: type) -> bool:
+    numpy = sys.modules.get("numpy")
+    return numpy is not None and issubclass(cls, (numpy.bool_, numpy.number))
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
