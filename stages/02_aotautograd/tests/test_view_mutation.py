@@ -65,6 +65,25 @@ def input_rows_written(x, w):
     #                                    test_mutated_input_used_by_backward)
 
 
+def element_set(x, y):
+    a = x * y
+    a[0, 1] = 9.0  # an all-integer index: PyTorch copies a scalar tensor it made for the 9
+    return a.sin()
+
+
+def index_table(x, y):
+    """BEiT's relative position index: an integer table built in the forward, one element
+    set to a constant, then used to gather."""
+    idx = torch.zeros(3, 3, dtype=torch.long)
+    idx[0, 0] = 2
+    return x[idx[0]] * y[0, 0]
+
+
+def input_element_set(x, w):
+    x[2, 0] = -1.0  # an element of an input: the caller sees it
+    return x.sum(1, keepdim=True) * w
+
+
 CASES = {  # name: (function, inputs: shapes, which require grad)
     "pooled-dropout": (pooled_dropout, [((2, 5, 3, 3), True), ((2, 5), False)]),
     "slice-written": (slice_written, [((3, 4), True), ((3, 2), True)]),
@@ -72,6 +91,9 @@ CASES = {  # name: (function, inputs: shapes, which require grad)
     "transposed-select": (transposed_select, [((5, 3), True), ((2, 5), True)]),
     "split-piece": (split_piece, [((3, 4), True), ((3, 4), True)]),
     "input-rows-written": (input_rows_written, [((3, 4), False), ((3, 4), True)]),
+    "element-set": (element_set, [((3, 4), True), ((3, 4), True)]),
+    "index-table": (index_table, [((3, 4), True), ((3, 4), True)]),
+    "input-element-set": (input_element_set, [((3, 4), False), ((3, 4), True)]),
 }
 
 
