@@ -738,3 +738,53 @@ def test_an_ordered_dict_made_in_the_graph_leaves_it_as_one(backend, no_fallback
         for key in w:
             torch.testing.assert_close(g[key], w[key])
     assert got[2] is True and backend.calls == 1
+
+
+@functools.lru_cache
+def _feature_available():
+    return False
+
+
+@functools.lru_cache(maxsize=8)
+def _scale_for(n):
+    return 1.0 / n
+
+
+def test_a_function_behind_lru_cache_is_traced_through(backend, no_fallback):
+    """[Note: a function behind functools.lru_cache]: transformers' memoized feature checks
+    used to break the graph at every call."""
+    def fn(x):
+        x = x.sin()
+        if _feature_available():
+            x = x * 2
+        return x.cos() * _scale_for(x.shape[0])
+
+    opt = dynamo.optimize(backend, fullgraph=True)(fn)
+    x = torch.randn(4)
+    torch.testing.assert_close(opt(x), fn(x))
+    assert backend.calls == 1
+
+
+class _WithNorm(torch.nn.Module):
+    def __init__(self, norm, extra):
+        super().__init__()
+        self.norm, self.extra = norm, extra
+
+    def forward(self, x):
+        if self.norm:  # ProphetNet: ``if self.embeddings_layer_norm:``
+            x = self.norm(x)
+        if self.extra:  # a container is true when it is not empty
+            x = self.extra(x)
+        return x.sin()
+
+
+@pytest.mark.parametrize("extra", [torch.nn.Sequential(), torch.nn.Sequential(torch.nn.ReLU())],
+                         ids=["empty", "one"])
+def test_the_truth_of_a_module(backend, no_fallback, extra):
+    m = _WithNorm(torch.nn.LayerNorm(8), extra)
+    opt = dynamo.optimize(backend, fullgraph=True)(m.forward)
+    x = torch.randn(2, 8)
+    torch.testing.assert_close(opt(x), m(x))
+    m.extra = torch.nn.Sequential() if len(extra) else torch.nn.Sequential(torch.nn.ReLU())
+    torch.testing.assert_close(opt(x), m(x))  # the length guard sees the change
+    assert backend.calls == 2

@@ -94,6 +94,21 @@ class NNModuleVariable(VariableTracker):
         msg = f"{type(module).__name__!r} object has no attribute {name!r}"
         raise UserErrorInTrace(AttributeError(msg))
 
+    def truth(self, tx: InstructionTranslator) -> bool:
+        """``if self.norm:`` (ProphetNet). Python asks ``__bool__``, then ``__len__``, else a
+        module is true; the module's class is guarded, so which of them exists is fixed, and
+        a container's length is guarded too."""
+        cls = type(self.value)
+        if not hasattr(cls, "__bool__") and not hasattr(cls, "__len__"):
+            return True
+        if not hasattr(cls, "__bool__") and self.source is not None and cls.__len__ in (
+                torch.nn.Sequential.__len__, torch.nn.ModuleList.__len__,
+                torch.nn.ModuleDict.__len__):
+            n = len(self.value)
+            tx.output.add_guards([Guard(self.source, "LEN", f"len({self.source}) == {n}")])
+            return n != 0
+        return super().truth(tx)
+
     def store_attr(self, tx: InstructionTranslator, name: str, value: VariableTracker) -> None:
         module = self.value
         if any(name in module.__dict__[t] for t in ("_parameters", "_buffers", "_modules")):

@@ -399,7 +399,27 @@ class UserObjectVariable(VariableTracker):
             return UserMethodVariable(method, self).call_function(tx, args, kwargs)
         return super().call_method(tx, name, args, kwargs)
 
+    # [Note: a function behind functools.lru_cache]
+    # Libraries memoize their feature checks (transformers' ``is_torch_flex_attn_available``
+    # and friends) with ``functools.lru_cache``, whose wrapper is a C object the trace cannot
+    # look into: every call of one broke the graph, 13 times in SpeechT5's forward. The
+    # wrapper keeps the plain function as ``__wrapped__``, and that is what is traced, with
+    # the guards its own reads need. The cache is neither read nor filled by the compiled
+    # code: a function whose result depends only on its arguments returns the same value
+    # either way; what differs is only a result's identity, or side effects the function
+    # has at its first call (PyTorch's dynamo makes the same choice).
     def call_function(self, tx, args, kwargs):
+        if isinstance(self.value, functools._lru_cache_wrapper) and isinstance(
+                getattr(self.value, "__wrapped__", None), types.FunctionType):
+            # [Note: a function behind functools.lru_cache]: traced through, as PyTorch's
+            # dynamo does; the cache only saves time, which a compiled graph does not need
+            from .builder import wrap
+            from .functions import UserFunctionVariable
+
+            wrapped = self.value.__wrapped__
+            fn = (wrap(tx.output, wrapped, f"{self.source}.__wrapped__")
+                  if self.source is not None else UserFunctionVariable(wrapped))
+            return fn.call_function(tx, args, kwargs)
         call = inspect.getattr_static(type(self.value), "__call__", None)
         if not isinstance(call, types.FunctionType):
             unimplemented(f"calling a {type(self.value).__qualname__} object")
