@@ -788,3 +788,35 @@ def test_the_truth_of_a_module(backend, no_fallback, extra):
     m.extra = torch.nn.Sequential() if len(extra) else torch.nn.Sequential(torch.nn.ReLU())
     torch.testing.assert_close(opt(x), m(x))  # the length guard sees the change
     assert backend.calls == 2
+
+
+class _Outputs(collections.OrderedDict):
+    def to_tuple(self):  # HuggingFace's ModelOutput.to_tuple, reduced
+        return tuple(self[k] for k in self.keys())
+
+
+def test_a_dict_subclass_reads_its_own_keys(backend, no_fallback):
+    """[Note: a builtin base's reading methods]: ``self.keys()`` and ``self[k]`` in a dict
+    subclass's own method read the real dict, guarded by its keys."""
+    def fn(d):
+        first = d.to_tuple()[0]
+        return first + sum(v.sum() for v in d.values()) + len(list(d.items()))
+
+    opt = dynamo.optimize(backend, fullgraph=True)(fn)
+    x = torch.randn(2, 3)
+    for d in (_Outputs(a=x, b=x * 2), _Outputs(a=x, b=x * 2), _Outputs(b=x * 3, a=x)):
+        torch.testing.assert_close(opt(d), fn(d))
+    assert backend.calls == 2  # the keys' order changed: a guard failed, one recompile
+
+
+def test_indexing_a_model_output_handed_in(backend, no_fallback):
+    """ProphetNet indexes ``outputs[1]`` of a ``ModelOutput`` from before a graph break."""
+    outputs = pytest.importorskip("transformers.modeling_outputs")
+
+    def fn(out):
+        return out[1][0] + out[0] + out["last_hidden_state"] * 2
+
+    opt = dynamo.optimize(backend, fullgraph=True)(fn)
+    x = torch.randn(2, 8)
+    out = outputs.BaseModelOutput(last_hidden_state=x.sin(), hidden_states=(x.cos(),))
+    torch.testing.assert_close(opt(out), fn(out))

@@ -124,24 +124,26 @@ def children(value: VariableTracker) -> Iterator[VariableTracker]:
         item = getattr(value, field.name)
         if isinstance(item, VariableTracker):
             yield item
-        elif isinstance(item, tuple):
+        elif type(item) is tuple:  # (exactly: a user's object may subclass tuple or dict)
             yield from (i for i in item if isinstance(i, VariableTracker))
-        elif isinstance(item, dict):
+        elif type(item) is dict:
             yield from (i for i in item.values() if isinstance(i, VariableTracker))
 
 
 def transform(value: Any, fn: Callable[[VariableTracker], VariableTracker]) -> Any:
-    """Rebuild ``value`` bottom-up, applying ``fn`` to every tracker inside it."""
-    if isinstance(value, tuple):
+    """Rebuild ``value`` bottom-up, applying ``fn`` to every tracker inside it. Only plain
+    tuples and dicts are containers of trackers: a tracker's ``value`` may be the user's own
+    object of a dict subclass (a HuggingFace ``ModelOutput``), which must stay what it is."""
+    if type(value) is tuple:
         return tuple(transform(v, fn) for v in value)
-    if isinstance(value, dict):
+    if type(value) is dict:
         return {k: transform(v, fn) for k, v in value.items()}
     if not isinstance(value, VariableTracker):
         return value
     changes = {}
     for field in dataclasses.fields(value):
         item = getattr(value, field.name)
-        if isinstance(item, (VariableTracker, tuple, dict)):
+        if isinstance(item, VariableTracker) or type(item) in (tuple, dict):
             new = transform(item, fn)
             if new is not item and not _same(new, item):
                 changes[field.name] = new

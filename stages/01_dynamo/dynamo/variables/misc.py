@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ..exc import UserErrorInTrace, unimplemented
+from ..guards import python_path
 from .base import KnownValueVariable, VariableTracker
 
 if TYPE_CHECKING:
@@ -171,10 +172,16 @@ class SuperVariable(VariableTracker):
 # A subclass of dict that overrides ``get`` and calls ``super().get(key)`` (HuggingFace
 # keeps a registry that way) reaches ``dict.get``, a C method we cannot trace into. When
 # the object exists outside the frame and the method only reads (``get``, ``[key]``,
-# ``in``, ``len``) with constant arguments, we call it for real at trace time and treat the
-# answer as read from the source ``dict.get(obj, key)``: a guard re-reads it at every call
-# (a constant by value, a dict by its keys), so a registry changed later recompiles.
-_READING_METHODS = frozenset({"get", "__getitem__", "__contains__", "__len__"})
+# ``in``, ``len``, ``keys``, ``values``, ``items``) with constant arguments, we call it for
+# real at trace time and treat the answer as read from the source ``dict.get(obj, key)``: a
+# guard re-reads it at every call (a constant by value, a dict by its keys), so a registry
+# changed later recompiles. ``keys()`` and the others answer a list, read from
+# ``list(dict.keys(obj))``: ``ModelOutput.to_tuple`` is ``tuple(self[k] for k in
+# self.keys())``, which ``outputs[1]`` calls on a model's output handed across a graph break
+# (ProphetNet, Hubert, SpeechT5: a break each).
+READING_METHODS = _READING_METHODS = frozenset(
+    {"get", "__getitem__", "__contains__", "__len__", "keys", "values", "items"})
+_LISTED = frozenset({"keys", "values", "items"})  # views, answered as lists
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -199,8 +206,10 @@ class ReadingMethodVariable(VariableTracker):
             result = getattr(self.cls, self.name)(real, *values)
         except (KeyError, TypeError) as e:
             raise UserErrorInTrace(e) from e
-        source = f"{self.cls.__name__}.{self.name}({self.obj.source}, " \
-                 f"{', '.join(map(repr, values))})"
+        owner = self.cls.__name__ if self.cls.__module__ == "builtins" else python_path(self.cls)
+        source = f"{owner}.{self.name}({self.obj.source}, {', '.join(map(repr, values))})"
+        if self.name in _LISTED:
+            result, source = list(result), f"list({owner}.{self.name}({self.obj.source}))"
         return wrap(tx.output, result, source)
 
     def call_method(self, tx, name, args, kwargs):

@@ -12,6 +12,7 @@ Chapter: book/docs/dynamo.md ("Variables", "Side effects").
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import functools
@@ -318,6 +319,19 @@ def _bind_fields(fields, defaults, args, kwargs):
     return items
 
 
+def _dict_reading_method(obj: UserObjectVariable, cls: type, name: str) -> Any:
+    """``self.keys()`` in a dict subclass's own Python method (HuggingFace's ``ModelOutput``
+    builds ``to_tuple`` from it): the C method of ``dict`` or ``OrderedDict``, read for real
+    and guarded ([Note: a builtin base's reading methods]); None for anything else."""
+    from .misc import READING_METHODS, ReadingMethodVariable
+
+    owner = getattr(inspect.getattr_static(cls, name, None), "__objclass__", None)
+    if obj.source is None or name not in READING_METHODS or \
+            owner not in (dict, collections.OrderedDict):
+        return None
+    return ReadingMethodVariable(owner, name, obj)
+
+
 def _numpy_scalar_type(cls: type) -> bool:
     numpy = sys.modules.get("numpy")
     return numpy is not None and issubclass(cls, (numpy.bool_, numpy.number))
@@ -339,6 +353,9 @@ class UserObjectVariable(VariableTracker):
         if pending is not None:
             return pending
         cls = type(self.value)
+        reading = _dict_reading_method(self, cls, name)  # [Note: a builtin base's ...]
+        if reading is not None:
+            return reading
         if inspect.getattr_static(cls, "__getattribute__") is not object.__getattribute__:
             return self._custom_getattr(tx, name)
         instance_dict = getattr(self.value, "__dict__", {})
@@ -397,6 +414,9 @@ class UserObjectVariable(VariableTracker):
         method = inspect.getattr_static(type(self.value), name, None)
         if isinstance(method, types.FunctionType):
             return UserMethodVariable(method, self).call_function(tx, args, kwargs)
+        reading = _dict_reading_method(self, type(self.value), name)  # ``self[k]``
+        if reading is not None:
+            return reading.call_function(tx, args, kwargs)
         return super().call_method(tx, name, args, kwargs)
 
     # [Note: a function behind functools.lru_cache]
