@@ -820,3 +820,22 @@ def test_indexing_a_model_output_handed_in(backend, no_fallback):
     x = torch.randn(2, 8)
     out = outputs.BaseModelOutput(last_hidden_state=x.sin(), hidden_states=(x.cos(),))
     torch.testing.assert_close(opt(out), fn(out))
+
+
+def test_the_union_of_two_dicts(backend, no_fallback):
+    """``kwargs | {"dt_limit": ...}`` (Mamba2) had been a break."""
+    def scaled(x, scale=1.0, shift=0.0):
+        return x * scale + shift
+
+    def fn(x, **kwargs):
+        fused = kwargs | {"shift": x.cos(), "scale": 3.0}
+        ordered = collections.OrderedDict(a=1) | {"b": 2}
+        right = {"a": 1} | collections.OrderedDict(b=2, a=3)  # the subclass decides
+        return scaled(x.sin(), **fused) * len(ordered), type(ordered), type(right), \
+            list(right.items())
+
+    opt = dynamo.optimize(backend, fullgraph=True)(fn)
+    x = torch.randn(4)
+    got, want = opt(x, scale=2.0), fn(x, scale=2.0)
+    torch.testing.assert_close(got[0], want[0])
+    assert got[1:] == want[1:] and got[2] is collections.OrderedDict

@@ -182,6 +182,18 @@ def _delitem(tx, obj, index):
     return obj.call_method(tx, "__delitem__", [index], {})
 
 
+def _dict_union(tx: InstructionTranslator, a: VariableTracker, b: VariableTracker):
+    """``kwargs | {"dt_limit": ...}`` (Mamba2): a new dict of both items, the right one's
+    winning. Anything else (sets, tensors, ints) takes the general rule."""
+    from .dicts import ConstDictVariable
+
+    if not (isinstance(a, ConstDictVariable) and isinstance(b, ConstDictVariable)):
+        return None
+    # Python asks the right operand first when its class subclasses the left's
+    cls = b.cls if b.cls is not a.cls and issubclass(b.cls, a.cls) else a.cls
+    return ConstDictVariable({**a.items, **b.items}, cls=cls)
+
+
 def _concat(tx: InstructionTranslator, a: VariableTracker, b: VariableTracker, inplace=False):
     # tuple + tuple and list + list build a new sequence; tensors fall through.
     if not isinstance(a, BaseListVariable):
@@ -514,6 +526,7 @@ _SPECIAL_CASES = {
     operator.add: _concat,
     operator.iadd: lambda tx, a, b: _concat(tx, a, b, inplace=True),
     operator.mul: _repeat,
+    operator.or_: _dict_union,
     operator.is_: _is,
     operator.is_not: lambda tx, a, b: _is(tx, a, b, negate=True),
     operator.eq: _eq,
