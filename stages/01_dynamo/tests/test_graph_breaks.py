@@ -395,3 +395,20 @@ def test_comparing_rand_inside_its_range_still_breaks(backend, threshold):
     torch.manual_seed(0)
     torch.testing.assert_close(got, f(x))
     assert len(backend.graphs) >= 2  # the branch was taken in Python, after the graph
+
+
+def test_a_size_read_from_a_tensor_breaks_the_graph_there(backend):
+    """Longformer: ``torch.div(n, w, rounding_mode="trunc")`` is a 0-d tensor, used as a size
+    of ``view``. The graph breaks at the ``view`` (which runs eagerly on the real value), and
+    the rest still compiles; it had failed in aotautograd, taking the whole frame with it."""
+    def fn(x):
+        chunks = torch.div(x.size(1), 4, rounding_mode="trunc") - 1
+        return x.view(x.size(0), chunks + 1, 4).sin().cos()
+
+    x = torch.randn(2, 16)
+    opt = dynamo.optimize(backend)(fn)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", dynamo.FallbackWarning)
+        torch.testing.assert_close(opt(x), fn(x))
+    report = dynamo.explain(fn)(x)
+    assert any("a size that is a tensor's value" in str(b) for b in report.breaks)

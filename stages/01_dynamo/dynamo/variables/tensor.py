@@ -109,6 +109,12 @@ class TensorVariable(VariableTracker):
             )
         if name == "get_device" and not args and not kwargs:
             return ConstantVariable(-1 if self.device.type == "cpu" else self.device.index)
+        if name in _SIZE_METHODS and any(_holds_tensor(a) for a in [*args, *kwargs.values()]):
+            # ``x.view(b, torch.div(n, w, rounding_mode="trunc") + 1, w)`` (Longformer): a
+            # size read from a tensor's data, which the graph cannot know: a break here,
+            # where the traced graph would have failed in aotautograd and the whole frame
+            # run eagerly [Note: data-dependent]
+            unimplemented(f"Tensor.{name}() with a size that is a tensor's value")
         return tx.output.create_op("call_method", name, [self, *args], kwargs)
 
     def has_symbolic_dim(self, dim: int) -> bool:
@@ -184,3 +190,17 @@ def _specialized(value: Any) -> Any:
     if not isinstance(value, SymTypes):
         return value
     return value.node.guard_bool() if value.node.pytype is bool else value.node.guard_int()
+
+
+_SIZE_METHODS = frozenset({"view", "reshape", "expand", "repeat", "new_zeros", "new_ones",
+                           "new_empty", "new_full", "tile", "unflatten", "resize_"})
+
+
+def _holds_tensor(value: VariableTracker) -> bool:
+    """A tensor, or a list or tuple with one among its items (a size given as a tensor)."""
+    from .lists import BaseListVariable
+
+    if isinstance(value, TensorVariable):
+        return True
+    return isinstance(value, BaseListVariable) and any(isinstance(v, TensorVariable)
+                                                       for v in value.items)
