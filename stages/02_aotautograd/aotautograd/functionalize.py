@@ -168,8 +168,9 @@ def write_back(mode, target, new: torch.Tensor, what: str) -> None:
     check_writable(tracer, target, what)
     if not isinstance(new, proxy_tensor.TracerTensor):
         # the new value is a tensor the program did not compute: ``idx[0, 0] = 9`` copies
-        # a scalar tensor PyTorch made for the 9, and copy's result is that tensor itself
-        new = tracer.lift(new)
+        # a scalar tensor PyTorch made for the 9 (on the CPU, whatever the target's device:
+        # ``copy_`` moves it), and copy's result is that tensor itself
+        new = tracer.lift(new.to(target.device))
     if new.dtype != target.dtype:  # x_float32.add_(y_float64) stays float32
         with mode:
             new = aten._to_copy.default(new, dtype=target.dtype)
@@ -206,7 +207,7 @@ def write_through_view(mode, view, new: torch.Tensor, what: str) -> None:
     ([Note: mutation through views])."""
     base = view.base
     if not isinstance(new, proxy_tensor.TracerTensor):  # (a constant: see write_back)
-        new = mode.tracer.lift(new)
+        new = mode.tracer.lift(new.to(view.device))
     parents = [base]  # the value each step was applied to, from the base's current value
     for step in view.view_steps[:-1]:
         parents.append(step.replay(mode, parents[-1]))

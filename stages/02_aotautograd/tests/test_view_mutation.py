@@ -74,7 +74,7 @@ def element_set(x, y):
 def index_table(x, y):
     """BEiT's relative position index: an integer table built in the forward, one element
     set to a constant, then used to gather."""
-    idx = torch.zeros(3, 3, dtype=torch.long)
+    idx = torch.zeros(3, 3, dtype=torch.long, device=x.device)
     idx[0, 0] = 2
     return x[idx[0]] * y[0, 0]
 
@@ -97,9 +97,15 @@ CASES = {  # name: (function, inputs: shapes, which require grad)
 }
 
 
-def make_inputs(specs, seed=0):
+def make_inputs(specs, seed=0, device="cpu"):
     torch.manual_seed(seed)
-    return [torch.randn(shape) for shape, _ in specs]
+    return [torch.randn(shape).to(device) for shape, _ in specs]
+
+
+def device_of(backend: str) -> str:
+    """Triton kernels take CUDA tensors where there is a GPU (else the interpreter runs them
+    on the CPU's)."""
+    return "cuda" if backend == "inductor-triton" and torch.cuda.is_available() else "cpu"
 
 
 def leaves(values, specs):
@@ -111,7 +117,8 @@ def leaves(values, specs):
 @pytest.mark.parametrize("case", CASES)
 def test_write_through_view_matches_eager(case, backend):
     fn, specs = CASES[case]
-    values = make_inputs(specs)
+    device = device_of(backend)
+    values = make_inputs(specs, device=device)
     eager_in, compiled_in = leaves(values, specs), leaves(values, specs)
     expected = fn(*eager_in)
     compiled = driver.compile(fn, **BACKENDS[backend])
@@ -120,8 +127,9 @@ def test_write_through_view_matches_eager(case, backend):
     torch.testing.assert_close(out, expected)
     for got, want in zip(compiled_in, eager_in):  # inputs written in place
         torch.testing.assert_close(got.detach(), want.detach())
-    loss = lambda outs: sum((o * torch.linspace(-1, 1, o.numel()).view(o.shape)).sum()  # noqa: E731
-                            for o in (outs if isinstance(outs, tuple) else (outs,)))
+    loss = lambda outs: sum(  # noqa: E731
+        (o * torch.linspace(-1, 1, o.numel(), device=device).view(o.shape)).sum()
+        for o in (outs if isinstance(outs, tuple) else (outs,)))
     loss(expected).backward()
     loss(out).backward()
     for got, want in zip(compiled_in, eager_in):
