@@ -158,7 +158,39 @@ def _make_frame(
                 closure[name] = cell.cell_contents
             except ValueError:  # an empty cell: reading it is the user's NameError
                 pass
-    return Frame(func.__code__, func.__globals__, closure, arguments, func.__closure__)
+    code, renames = _guard_safe_code(func.__code__)
+    if renames:
+        arguments = {renames.get(name, name): value for name, value in arguments.items()}
+    return Frame(code, func.__globals__, closure, arguments, func.__closure__)
+
+
+# [Note: a local named like a guard's namespace]
+# A guard reads the frame's values through names: ``G`` (the globals), ``C`` (the closure),
+# ``torch``, ``math``, ``sys``, and each parameter by its own name. So a function with a
+# parameter named ``C`` (Mamba's ``selective_scan(hidden_states, dt, A, B, C, ...)``) ran
+# eagerly. Names of locals are only names: the bytecode reads a local by its slot. Such a
+# function is traced as a copy of its code whose clashing locals are renamed (``C`` becomes
+# ``___local_C``), made once per code object, and its arguments are renamed to match; what
+# runs eagerly, and what the user sees, is the function as written.
+_GUARD_SAFE: dict[types.CodeType, tuple[types.CodeType, dict[str, str]]] = {}
+
+
+def _guard_safe_code(code: types.CodeType) -> tuple[types.CodeType, dict[str, str]]:
+    """``code``, or a copy of it whose locals named like a guard namespace are renamed;
+    and the renames (empty when nothing clashes)."""
+    found = _GUARD_SAFE.get(code)
+    if found is None:
+        from .guards import RESERVED_NAMES
+
+        renames = {n: f"___local_{n}" for n in code.co_varnames if n in RESERVED_NAMES}
+        if renames:
+            found = (code.replace(
+                co_varnames=tuple(renames.get(n, n) for n in code.co_varnames),
+                co_cellvars=tuple(renames.get(n, n) for n in code.co_cellvars)), renames)
+        else:
+            found = (code, renames)
+        _GUARD_SAFE[code] = found
+    return found
 
 
 # --8<-- [start:cache-lookup]

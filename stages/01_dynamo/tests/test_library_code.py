@@ -839,3 +839,30 @@ def test_the_union_of_two_dicts(backend, no_fallback):
     got, want = opt(x, scale=2.0), fn(x, scale=2.0)
     torch.testing.assert_close(got[0], want[0])
     assert got[1:] == want[1:] and got[2] is collections.OrderedDict
+
+
+def _selective_scan(A, B, C, G=2.0):  # Mamba's signature: parameters named like guards'
+    out = []
+    for t in range(A.shape[0]):
+        out.append((A[t] * B + C).sin() * G)
+    twice = lambda: C * 2  # noqa: E731 (a closure over the parameter: a cell variable)
+    return torch.stack(out) + twice()
+
+
+def _breaks_with_c(A, C):
+    if (A * C).sum().item() > 0:
+        return A + C
+    return A - C
+
+
+def test_parameters_named_like_the_guards_namespace(backend, no_fallback):
+    """[Note: a local named like a guard's namespace]: ``C``, ``G``, ``torch`` as parameter
+    names; a graph break resumes with them too."""
+    x = torch.randn(4, 3)
+    opt = dynamo.optimize(backend, fullgraph=True)(_selective_scan)
+    torch.testing.assert_close(opt(x, x, x), _selective_scan(x, x, x))
+    torch.testing.assert_close(opt(x, x, C=x * 2, G=3.0), _selective_scan(x, x, C=x * 2, G=3.0))
+    opt = dynamo.optimize(backend)(_breaks_with_c)
+    for c in (x, -x.abs() - 1):
+        torch.testing.assert_close(opt(x.abs(), c), _breaks_with_c(x.abs(), c))
+    assert _selective_scan.__code__.co_varnames[:3] == ("A", "B", "C")  # the user's own code
