@@ -171,7 +171,14 @@ def python_path(obj: Any) -> str | None:
     if found is not obj:
         return None
     if module == "torch" or module.startswith("torch."):
-        return f"{module}.{name}"  # torch is in the guard namespace; reads naturally
+        # torch is in the guard namespace, and ``torch.nn.functional.relu`` reads naturally;
+        # but a package may shadow a submodule with a function of the same name
+        # (``torch._higher_order_ops.associative_scan``), so the dotted path must lead there
+        walked: Any = torch
+        for part in f"{module}.{name}".split(".")[1:]:
+            walked = getattr(walked, part, None)
+        if walked is obj:
+            return f"{module}.{name}"
     return f"sys.modules[{module!r}].{name}"
 
 

@@ -866,3 +866,17 @@ def test_parameters_named_like_the_guards_namespace(backend, no_fallback):
     for c in (x, -x.abs() - 1):
         torch.testing.assert_close(opt(x.abs(), c), _breaks_with_c(x.abs(), c))
     assert _selective_scan.__code__.co_varnames[:3] == ("A", "B", "C")  # the user's own code
+
+
+def test_an_identity_guard_names_a_function_its_package_shadows():
+    """``torch._higher_order_ops.associative_scan`` is both a submodule and, on the package,
+    the function of that name; a guard's path through the package would reach the function
+    and fail, so it goes through ``sys.modules`` (Mamba's scan, after a graph break)."""
+    from dynamo.guards import GUARD_GLOBALS, python_path
+
+    pytest.importorskip("torch._higher_order_ops.associative_scan")
+    from torch._higher_order_ops.associative_scan import associative_scan
+
+    for obj in (associative_scan, torch.nn.functional.relu, collections.OrderedDict):
+        path = python_path(obj)
+        assert path is not None and eval(path, dict(GUARD_GLOBALS)) is obj, path
