@@ -384,11 +384,12 @@ def _eager_view(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> objec
         return func(*pytree.tree_map(geometry, args), **pytree.tree_map(geometry, kwargs))
     except RuntimeError:
         # ATen's C++ view kernels want concrete sizes: with symbolic sizes the geometry is
-        # unknown, and an output that is this view becomes a copy instead of an alias
-        if any(has_symbolic_sizes(t) for t in pytree.tree_leaves(args)
-               if isinstance(t, torch.Tensor)):
-            return None
-        raise
+        # unknown. Once (Longformer, a slice of an input in a resumed frame) PyTorch's
+        # argument parser raised an internal assert on plain meta tensors, which we did not
+        # explain. Either way the view stays a view of the input (its base and steps are
+        # kept); only eager's strides are unknown, so an output that is this view becomes a
+        # copy instead of an alias
+        return None
 
 
 def _is_metadata_arithmetic(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> bool:
