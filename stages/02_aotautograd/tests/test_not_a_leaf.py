@@ -71,16 +71,31 @@ def test_a_write_into_a_non_leaf_input_compiles_and_matches_eager(name, target):
             torch.testing.assert_close(g, w)
 
 
-def test_a_write_whose_gradient_needs_the_data_falls_back_correctly():
-    """``h[mask] = emb``: emb's gradient is ``grad[mask]``, whose size depends on the mask's
-    values, which a trace on meta tensors cannot know: the frame runs eagerly, one warning."""
-    write = lambda h, e, r, m: h.__setitem__(m, e)  # noqa: E731
-    _, want, want_grads = run(write, None)
-    with pytest.warns(FallbackWarning, match="data-dependent"):
-        _, got, got_grads = run(write, lambda fn: driver.compile(fn, options={"target": "cpp"}))
-    torch.testing.assert_close(got, want)
-    for g, w in zip(got_grads, want_grads):
-        torch.testing.assert_close(g, w)
+@pytest.mark.parametrize("target", TARGETS)
+def test_masked_rows_set_to_a_parameter_compile(target):
+    """``h[mask] = emb`` (wav2vec2's masked time steps): emb's gradient is ``grad[mask]``
+    summed, whose intermediate size depends on the mask's values; dynamo writes it as a
+    ``where`` instead ([Note: a masked write with a gradient]), and it compiles."""
+    def write(h, e, r, m):
+        h[m] = e
+
+    def method_write(h, e, r, m):
+        h.__setitem__(m, e)
+    device = device_for(target)
+    for fn in (write, method_write):
+        _, want, want_grads = run(fn, None, device)
+        compiled = []
+
+        def compile_with(f, compiled=compiled):
+            compiled.append(driver.compile(f, options={"target": target}))
+            return compiled[-1]
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", FallbackWarning)
+            _, got, got_grads = run(fn, compile_with, device)
+        assert len(compiled[0].graphs) == 1
+        torch.testing.assert_close(got, want)
+        for g, w in zip(got_grads, want_grads):
+            torch.testing.assert_close(g, w)
 
 
 @pytest.mark.parametrize("target", TARGETS)

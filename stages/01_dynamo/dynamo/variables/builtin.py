@@ -174,8 +174,39 @@ def _getitem(tx: InstructionTranslator, obj: VariableTracker, index: VariableTra
 
 def _setitem(tx, obj, index, value):
     if isinstance(obj, TensorVariable):
-        return None
+        return _masked_write(tx, obj, index, value)
     return obj.call_method(tx, "__setitem__", [index, value], {})
+
+
+# --8<-- [start:masked-write]
+# [Note: a masked write with a gradient]
+# ``h[mask] = emb`` with a boolean ``mask`` is ``index_put``, and when ``emb`` requires grad,
+# autograd's backward for it gathers ``grad[mask]``: a tensor with one row per true element,
+# a size no trace can know. wav2vec2, Hubert and their kin write their learned mask embedding
+# into the masked time steps that way in training, and that frame ran eagerly. When ``emb``
+# is one row for every masked position (it broadcasts to ``h.shape[mask.ndim:]``), the write
+# is ``h.copy_(torch.where(mask[..., None], emb, h))``: the same values, and the same
+# gradients (``grad`` where the mask is false for ``h``; the masked rows of ``grad``, summed,
+# for ``emb``), with no data-dependent size anywhere.
+def _masked_write(tx, obj, index, value):
+    """``obj[mask] = value`` as a ``where``, when ``value`` requires grad and is one row for
+    every masked position; None (the general rule) otherwise."""
+    if not (isinstance(index, TensorVariable) and isinstance(value, TensorVariable)):
+        return None
+    mask, target, row = index.example, obj.example, value.example
+    if mask.dtype is not torch.bool or not row.requires_grad or mask.ndim > target.ndim \
+            or row.ndim > target.ndim - mask.ndim:
+        return None
+    create = tx.output.create_op
+    expanded = create("call_function", operator.getitem,
+                      [index, ConstantVariable((Ellipsis, *[None] * (target.ndim - mask.ndim)))],
+                      {})
+    if row.dtype != target.dtype:
+        value = create("call_method", "to", [value, ConstantVariable(target.dtype)], {})
+    new = create("call_function", torch.where, [expanded, value, obj], {})
+    create("call_method", "copy_", [obj, new], {})
+    return ConstantVariable(None)
+# --8<-- [end:masked-write]
 
 
 def _delitem(tx, obj, index):

@@ -107,6 +107,12 @@ class TensorVariable(VariableTracker):
                 f"Tensor.{name}() needs the tensor's data, which a graph does not have "
                 "at trace time [Note: data-dependent]"
             )
+        if name == "__setitem__" and len(args) == 2 and not kwargs:
+            from .builtin import _masked_write  # (builtin imports this module)
+
+            written = _masked_write(tx, self, *args)  # [Note: a masked write with a gradient]
+            if written is not None:
+                return written
         if name == "get_device" and not args and not kwargs:
             return ConstantVariable(-1 if self.device.type == "cpu" else self.device.index)
         if name in _SIZE_METHODS and any(_holds_tensor(a) for a in [*args, *kwargs.values()]):
