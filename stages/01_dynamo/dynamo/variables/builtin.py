@@ -197,6 +197,10 @@ def _masked_write(tx, obj, index, value):
     if mask.dtype is not torch.bool or not row.requires_grad or mask.ndim > target.ndim \
             or row.ndim > target.ndim - mask.ndim:
         return None
+    sizes = [*mask.shape, *target.shape[:mask.ndim]]
+    if not all(type(n) is int for n in sizes) or tuple(mask.shape) != \
+            tuple(target.shape[:mask.ndim]):
+        return None  # (a mask of another shape is eager's IndexError: the general rule)
     create = tx.output.create_op
     expanded = create("call_function", operator.getitem,
                       [index, ConstantVariable((Ellipsis, *[None] * (target.ndim - mask.ndim)))],
