@@ -880,3 +880,38 @@ def test_an_identity_guard_names_a_function_its_package_shadows():
     for obj in (associative_scan, torch.nn.functional.relu, collections.OrderedDict):
         path = python_path(obj)
         assert path is not None and eval(path, dict(GUARD_GLOBALS)) is obj, path
+
+
+class _SiLUActivation(torch.nn.Module):  # transformers' ACT2FN["silu"] makes one per lookup
+    def __init__(self, beta=1.0):
+        super().__init__()
+        self.beta = beta
+
+    def forward(self, x):
+        return x * torch.sigmoid(self.beta * x)
+
+
+def test_a_stateless_module_made_inside_the_forward(backend, no_fallback):
+    """[Note: a module made inside a forward]: one made from constants and holding no
+    parameters is made at trace time; one with parameters still breaks the graph."""
+    def fn(x):
+        return _SiLUActivation(beta=2.0)(x.sin()).cos()
+
+    opt = dynamo.optimize(backend, fullgraph=True)(fn)
+    x = torch.randn(4)
+    state = torch.random.get_rng_state()
+    torch.testing.assert_close(opt(x), fn(x))
+    assert torch.equal(torch.random.get_rng_state(), state)  # the trace drew nothing
+
+    class Scale(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.randn(4))  # fresh at every call in eager
+
+        def forward(self, x):
+            return x * self.w
+
+    def with_weights(x):
+        return Scale()(x)
+    with pytest.raises(dynamo.Unsupported, match="holds parameters"):
+        dynamo.optimize(backend, fullgraph=True)(with_weights)(x)

@@ -131,6 +131,8 @@ class UserDefinedClassVariable(VariableTracker):
         if _numpy_scalar_type(cls) and all(a.is_python_constant() for a in args) \
                 and not kwargs:  # np.int64(3): [Note: numpy scalars are constants]
             return fold(cls, *[a.as_python_constant() for a in args])
+        if issubclass(cls, torch.nn.Module):
+            return _module_made_in_forward(cls, args, kwargs)
         if cls.__new__ is not object.__new__ or type(cls) is not type:
             unimplemented(f"constructing a {cls.__qualname__} (custom __new__ or metaclass)")
         if inspect.getattr_static(cls, "__setattr__") is not object.__setattr__:
@@ -330,6 +332,36 @@ def _dict_reading_method(obj: UserObjectVariable, cls: type, name: str) -> Any:
             owner not in (dict, collections.OrderedDict):
         return None
     return ReadingMethodVariable(owner, name, obj)
+
+
+# --8<-- [start:module-in-forward]
+# [Note: a module made inside a forward]
+# transformers looks activations up in a table that builds a new module at every lookup
+# (``ACT2FN["silu"]`` is ``SiLUActivation()``), and Mamba does the lookup inside its forward:
+# a graph break each time, 13 in a small model. A module whose constructor takes only
+# constants and which ends up with no parameters, buffers or submodules holding them is
+# stateless: the object can be made now, once, by running its constructor for real, and
+# each call traces its forward as for any module. (Every call of eager's makes a new one;
+# only the objects' identities differ.) A module with parameters draws them at random and
+# holds state, so making one inside a forward still breaks the graph.
+def _module_made_in_forward(cls: type, args: list, kwargs: dict) -> VariableTracker:
+    """``cls(*args, **kwargs)`` made at trace time when stateless ([Note: a module made
+    inside a forward]); a graph break otherwise."""
+    from .nn_module import NNModuleVariable
+
+    values = [*args, *kwargs.values()]
+    if not all(v.is_python_constant() for v in values):
+        unimplemented(f"constructing a {cls.__qualname__} from traced values")
+    try:
+        with torch.random.fork_rng(devices=[]):  # (a stateless module draws nothing; be sure)
+            module = cls(*[a.as_python_constant() for a in args],
+                         **{k: v.as_python_constant() for k, v in kwargs.items()})
+    except Exception as e:  # noqa: BLE001 - the user's own constructor error
+        raise UserErrorInTrace(e) from e
+    if any(True for _ in module.parameters()) or any(True for _ in module.buffers()):
+        unimplemented(f"constructing a {cls.__qualname__}, which holds parameters or buffers")
+    return NNModuleVariable(module)
+# --8<-- [end:module-in-forward]
 
 
 def _numpy_scalar_type(cls: type) -> bool:
