@@ -915,3 +915,29 @@ def test_a_stateless_module_made_inside_the_forward(backend, no_fallback):
         return Scale()(x)
     with pytest.raises(dynamo.Unsupported, match="holds parameters"):
         dynamo.optimize(backend, fullgraph=True)(with_weights)(x)
+
+
+_FLAG = {"on": False}
+
+
+@functools.lru_cache
+def _flag_is_on(name):
+    return _FLAG[name]
+
+
+def test_a_cached_answer_is_guarded_by_asking_again(backend, no_fallback):
+    """A memoized function called with constants is asked at trace time; the guard asks
+    again at every call, so clearing its cache after the answer changed recompiles."""
+    def fn(x):
+        return x + 1 if _flag_is_on("on") else x - 1
+
+    opt = dynamo.optimize(backend, fullgraph=True)(fn)
+    x = torch.zeros(2)
+    torch.testing.assert_close(opt(x), fn(x))
+    _FLAG["on"] = True
+    torch.testing.assert_close(opt(x), x - 1)  # the cache still answers False, as in eager
+    _flag_is_on.cache_clear()
+    torch.testing.assert_close(opt(x), fn(x))  # now True: a guard failed, one recompile
+    assert backend.calls == 2
+    _FLAG["on"] = False
+    _flag_is_on.cache_clear()

@@ -454,12 +454,37 @@ class UserObjectVariable(VariableTracker):
     # [Note: a function behind functools.lru_cache]
     # Libraries memoize their feature checks (transformers' ``is_torch_flex_attn_available``
     # and friends) with ``functools.lru_cache``, whose wrapper is a C object the trace cannot
-    # look into: every call of one broke the graph, 13 times in SpeechT5's forward. The
-    # wrapper keeps the plain function as ``__wrapped__``, and that is what is traced, with
-    # the guards its own reads need. The cache is neither read nor filled by the compiled
-    # code: a function whose result depends only on its arguments returns the same value
-    # either way; what differs is only a result's identity, or side effects the function
-    # has at its first call (PyTorch's dynamo makes the same choice).
+    # look into: every call of one broke the graph, 13 times in SpeechT5's forward. Called
+    # with constants, from a function the frame can name, the wrapper is simply asked, now,
+    # and a constant answer becomes a constant of the trace, guarded by asking again at
+    # every call (a cache hit: ``G['is_torch_fx_available']() == False``), so a cache
+    # cleared and answering otherwise recompiles. Otherwise the wrapper's plain function,
+    # ``__wrapped__``, is traced, with the guards its own reads need; the cache is then
+    # neither read nor filled by the compiled code, which only changes a result's identity
+    # or side effects the function has at its first call (PyTorch's dynamo traces through
+    # it too).
+    def _cached_answer(self, tx, args, kwargs) -> VariableTracker | None:
+        """The memoized function's constant answer for constant arguments, guarded; None
+        when it has to be traced ([Note: a function behind functools.lru_cache])."""
+        from ..guards import make_constant_guards
+        from .constant import is_literal
+
+        if self.source is None or kwargs or not all(
+                a.is_python_constant() and type(a.as_python_constant()) in (int, str, bool,
+                                                                          float, type(None))
+                for a in args):
+            return None
+        values = [a.as_python_constant() for a in args]
+        try:
+            answer = self.value(*values)
+        except Exception:  # noqa: BLE001 - trace it instead, and let the trace say what
+            return None
+        if not is_literal(answer) or type(answer) in (tuple, frozenset):
+            return None
+        call = f"{self.source}({', '.join(map(repr, values))})"
+        tx.output.add_guards(make_constant_guards(call, answer))
+        return ConstantVariable(answer)
+
     def call_function(self, tx, args, kwargs):
         if isinstance(self.value, functools._lru_cache_wrapper) and isinstance(
                 getattr(self.value, "__wrapped__", None), types.FunctionType):
@@ -468,6 +493,9 @@ class UserObjectVariable(VariableTracker):
             from .builder import wrap
             from .functions import UserFunctionVariable
 
+            answered = self._cached_answer(tx, args, kwargs)
+            if answered is not None:
+                return answered
             wrapped = self.value.__wrapped__
             fn = (wrap(tx.output, wrapped, f"{self.source}.__wrapped__")
                   if self.source is not None else UserFunctionVariable(wrapped))
