@@ -61,9 +61,14 @@ def is_literal(value: Any) -> bool:
 # False in eager, silently. A numpy scalar is as immutable as an ``int``, so it is a constant
 # like one: operations on it are folded at trace time with numpy's own semantics, and one
 # read from a global or an attribute is guarded like any constant found there.
-def _numpy_scalar(value: Any) -> bool:
+def numpy_scalar_type(cls: type) -> bool:
+    """Whether ``cls`` is a numpy scalar type (``numpy.int64``, ``numpy.bool_``...)."""
     numpy = sys.modules.get("numpy")  # (never imported here: a value of it means it is loaded)
-    return numpy is not None and isinstance(value, (numpy.bool_, numpy.number))
+    return numpy is not None and issubclass(cls, (numpy.bool_, numpy.number))
+
+
+def _numpy_scalar(value: Any) -> bool:
+    return numpy_scalar_type(type(value))
 # --8<-- [end:numpy-scalars]
 
 

@@ -161,7 +161,7 @@ class SuperVariable(VariableTracker):
                     return UserMethodVariable(attr, self.obj)
                 if attr is object.__init__:
                     return NoOpVariable()
-                if klass.__module__ == "builtins" and name in _READING_METHODS and \
+                if klass.__module__ == "builtins" and name in READING_METHODS and \
                         self.obj.source is not None:
                     return ReadingMethodVariable(klass, name, self.obj)
                 break
@@ -179,7 +179,7 @@ class SuperVariable(VariableTracker):
 # ``list(dict.keys(obj))``: ``ModelOutput.to_tuple`` is ``tuple(self[k] for k in
 # self.keys())``, which ``outputs[1]`` calls on a model's output handed across a graph break
 # (ProphetNet, Hubert, SpeechT5: a break each).
-READING_METHODS = _READING_METHODS = frozenset(
+READING_METHODS = frozenset(
     {"get", "__getitem__", "__contains__", "__len__", "keys", "values", "items"})
 _LISTED = frozenset({"keys", "values", "items"})  # views, answered as lists
 

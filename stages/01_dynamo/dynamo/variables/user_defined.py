@@ -17,7 +17,6 @@ import contextlib
 import dataclasses
 import functools
 import inspect
-import sys
 import types
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -26,7 +25,7 @@ import torch
 
 from ..exc import UserErrorInTrace, unimplemented
 from .base import MutableLocal, VariableTracker
-from .constant import ConstantVariable, fold
+from .constant import ConstantVariable, fold, numpy_scalar_type
 
 if TYPE_CHECKING:
     from ..codegen import Residual
@@ -128,7 +127,7 @@ class UserDefinedClassVariable(VariableTracker):
             if len(values) > 1 or set(kwargs) - {"enter_result"}:
                 raise UserErrorInTrace(TypeError("nullcontext() takes one optional argument"))
             return NullContextVariable(values[0] if values else ConstantVariable(None))
-        if _numpy_scalar_type(cls) and all(a.is_python_constant() for a in args) \
+        if numpy_scalar_type(cls) and all(a.is_python_constant() for a in args) \
                 and not kwargs:  # np.int64(3): [Note: numpy scalars are constants]
             return fold(cls, *[a.as_python_constant() for a in args])
         if issubclass(cls, torch.nn.Module):
@@ -362,11 +361,6 @@ def _module_made_in_forward(cls: type, args: list, kwargs: dict) -> VariableTrac
         unimplemented(f"constructing a {cls.__qualname__}, which holds parameters or buffers")
     return NNModuleVariable(module)
 # --8<-- [end:module-in-forward]
-
-
-def _numpy_scalar_type(cls: type) -> bool:
-    numpy = sys.modules.get("numpy")
-    return numpy is not None and issubclass(cls, (numpy.bool_, numpy.number))
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
