@@ -126,9 +126,10 @@ def launch_grid(kernel: Any) -> str:
 # A library call is handed a view of a buffer as ``reinterpret(buf, size, stride, offset)``,
 # an ``as_strided`` at every call: 4 to 8 us of host time each inside a training step on the
 # H200 host. Often the view is the buffer itself, in the very layout it has: the weight of a
-# ``Linear`` without its own ``linear`` line, an activation read whole by ``mm``. The graph
-# break benchmark's step made five such calls, the convnet's two. Then the buffer is passed
-# as it is; sizes are compared as expressions, so a symbolic size equal on both sides counts.
+# ``Linear`` without its own ``linear`` line, an activation read whole by ``mm``. Then the
+# buffer is passed as it is (of the graph break benchmark's five ``reinterpret`` calls a
+# step, two were such; one of the convnet's two); sizes are compared as expressions, so a
+# symbolic size equal on both sides counts.
 def whole_buffer(view: ReinterpretView) -> bool:
     """Whether ``view`` is its base's memory exactly as the base lays it out: no offset, the
     same dtype, sizes and strides."""
