@@ -168,3 +168,25 @@ def test_inplace_dropout_on_a_view_keeps_the_mask(backend):
 def test_writes_that_are_no_scatter_are_refused(fn):
     with pytest.raises(AOTUnsupported, match="expand|no scatter"):
         aot_module_simplified(fx.symbolic_trace(fn), [torch.randn(1, 4)], lambda gm, _: gm)
+
+
+def test_a_view_whose_eager_strides_aten_will_not_give_stays_a_view(monkeypatch):
+    """[Note: eager strides of input views]: asking ATen for an input view's eager geometry
+    may fail (symbolic sizes; once an internal assert of PyTorch's, in Longformer). That is
+    no error: the view stays a view of the input, and a write through it reaches the input."""
+    import aotautograd.proxy_tensor as proxy_tensor
+
+    meta = torch.empty(3, 4, device="meta")  # a failing geometry call answers "unknown"
+    assert proxy_tensor._eager_view(torch.ops.aten.view.default, (meta, [5, 5]), {}) is None
+
+    monkeypatch.setattr(proxy_tensor, "_eager_view", lambda func, args, kwargs: None)
+
+    def fn(x):
+        x[1:].mul_(2)  # through a view of the input, whose geometry is now unknown
+        return x.sum() * 3
+
+    eager_in = torch.randn(3, 4)
+    compiled_in = eager_in.clone()
+    want = fn(eager_in)
+    torch.testing.assert_close(driver.compile(fn, backend="aot_eager")(compiled_in), want)
+    torch.testing.assert_close(compiled_in, eager_in)
