@@ -109,3 +109,27 @@ def test_kernels_that_store_float32_call_libdevice(name, monkeypatch):
     monkeypatch.setattr(triton_codegen, "LIBDEVICE_SIN_WHERE_WIDE", False)
     _, source = compile_unary(name, x)
     assert f"sin_fast(tmp0, {name == 'cos'}, False)" in source
+
+
+@pytest.mark.parametrize("numel", [5, 3000, 8192])
+def test_far_path_walks_the_block_in_slices(numel):
+    """[Note: the far path in slices]: a bfloat16 flat kernel redoes a block holding a huge
+    argument in 32-element slices under their own names, masked to the block and to numel
+    unless every block is whole (8192); the huge elements sit in the first block, a middle
+    one and the last, partial or not; every element rounds as float64's sin + cos does."""
+    torch.manual_seed(3)
+    a, b = torch.randn(numel) * 3, torch.randn(numel) * 3
+    for i in {0, numel // 2, numel - 1}:
+        a[i], b[max(0, i - 1)] = 1.0e30 * (1 + i), -2.5e38  # the fast way is wrong here
+    x, y = to_target([a.bfloat16(), b.bfloat16()], "triton")
+    graph = prims_graph(lambda p, u, v: p.add(p.sin(u), p.cos(v)), [x, y])
+    compiled = inductor.compile_fx_inner(graph, [x, y], target="triton")
+    source = "".join(v for k, v in compiled.artifacts.items() if "kernels/" in k)
+    assert "for xstart in range(0, XBLOCK, 32):" in source
+    assert "sin_far(tmp0_far, False, True)" in source
+    assert ("xmask_far = (xslice < XBLOCK)" in source) == (numel % 2048 != 0)
+    (got,) = compiled(x, y)
+    want = (torch.sin(x.cpu().double()) + torch.cos(y.cpu().double())).bfloat16()
+    step = (want.double().abs() * 2.0 ** -7).clamp(min=2.0 ** -126)
+    assert ((got.cpu().double() - want.double()).abs() <= step).all()
+    assert (got.cpu() != want).float().mean() < 2e-3
