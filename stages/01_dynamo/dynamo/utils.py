@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -269,11 +270,26 @@ def _flatten(items: list[VariableTracker]) -> list[VariableTracker]:
     return out
 
 
-@functools.lru_cache(maxsize=256)
-def _compiled_source(source: str) -> Any:
-    return compile(source, "<dynamo source>", "eval")
+# Sources only read, so one globals dict serves every evaluation (``eval`` adds
+# ``__builtins__`` to it once); copying GUARD_GLOBALS at each call cost a residual about a
+# microsecond per value it rebuilt.
+_EVAL_GLOBALS: dict[str, Any] = dict(GUARD_GLOBALS)
+
+
+@functools.lru_cache(maxsize=1024)
+def _source_reader(source: str) -> Callable[[dict[str, Any]], Any]:
+    """``frame -> value`` for one source: a name the frame has is one dict lookup (most live
+    locals are parameters of the resume function: ``x``, ``self``), the rest ``eval``."""
+    code = compile(source, "<dynamo source>", "eval")
+    if source.isidentifier():
+        def read(frame: dict[str, Any]) -> Any:
+            return frame[source] if source in frame else eval(code, _EVAL_GLOBALS, frame)
+    else:
+        def read(frame: dict[str, Any]) -> Any:
+            return eval(code, _EVAL_GLOBALS, frame)
+    return read
 
 
 def eval_source(source: str, frame: dict[str, Any]) -> Any:
     """The run-time value of a source expression (``self``, ``xs[1]``, ``G['W']``)."""
-    return eval(_compiled_source(source), dict(GUARD_GLOBALS), frame)
+    return _source_reader(source)(frame)

@@ -234,3 +234,21 @@ def test_chain_text_refuses_what_is_not_a_chain(text):
     from dynamo.guards import _chain_text
 
     assert _chain_text(ast.parse(text, mode="eval").body, {"L"}) is None
+
+
+def test_eval_source_reads_names_from_the_frame_and_evaluates_the_rest():
+    """``eval_source``: a plain name the frame holds is a lookup; one it does not falls back to
+    the guard globals (``torch``) as ``eval`` would; any other source is evaluated; a name
+    found nowhere raises NameError, as ``eval`` does."""
+    import pytest
+    import torch
+    from dynamo.utils import eval_source
+
+    frame = {"x": [10, 20], "self": "me", "G": {"W": 3}}
+    assert eval_source("self", frame) == "me"
+    assert eval_source("x[1]", frame) == 20
+    assert eval_source("G['W']", frame) == 3
+    assert eval_source("torch", frame) is torch
+    assert eval_source("torch", {"torch": "shadowed"}) == "shadowed"
+    with pytest.raises(NameError):
+        eval_source("missing", frame)
