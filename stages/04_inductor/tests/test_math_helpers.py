@@ -133,3 +133,69 @@ def test_far_path_walks_the_block_in_slices(numel):
     step = (want.double().abs() * 2.0 ** -7).clamp(min=2.0 ** -126)
     assert ((got.cpu().double() - want.double()).abs() <= step).all()
     assert (got.cpu() != want).float().mean() < 2e-3
+
+
+def _ptxas_available() -> bool:
+    try:
+        from triton.backends.nvidia.compiler import get_ptxas
+        return bool(get_ptxas(90).path)
+    except Exception:  # noqa: BLE001 - no NVIDIA backend in this Triton: nothing to compile with
+        return False
+
+
+@pytest.mark.skipif(not _ptxas_available(), reason="Triton's NVIDIA backend (ptxas) is absent")
+def test_far_path_kernels_compile_for_an_h100_without_one(monkeypatch, tmp_path):
+    """The interpreter forgives what Triton's compiler does not (a value reassigned in a loop
+    with another shape). So the GPU's own source of bfloat16 sin/cos kernels (a constant
+    broadcast to the block, a slice's index arithmetic, two outputs, RoPE's mix) is printed
+    here with the interpreter off (the launch then fails: no GPU) and compiled for sm_90 by
+    ``triton.compile``, LLVM and ptxas included (the interpreter stays off until the end:
+    ``triton.jit`` asks whether it is on when a kernel's module is loaded)."""
+    import glob
+    import importlib.util
+    import re
+    import warnings
+
+    import driver
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    monkeypatch.setenv("MINIPT2_CACHE_DIR", str(tmp_path))
+    bf = torch.bfloat16
+    cases = [(lambda a: torch.sin(a[:, 1:] * 3), torch.randn(17, 33, dtype=bf)),
+             (lambda a: (a.sin(), (a * 2).cos()), torch.randn(3, 1000, dtype=bf)),
+             (lambda q, e: q * e.cos().to(bf) + q.flip(-1) * e.sin().to(bf),
+              torch.randn(2, 37, 64, dtype=bf), torch.randn(37, 64))]
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    for fn, *args in cases:
+        driver.reset()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                driver.compile(fn, options={"target": "triton"})(*args)
+            except Exception:  # noqa: BLE001 - no GPU to launch on; the sources are written
+                pass
+    paths = sorted(glob.glob(str(tmp_path / "triton" / "*" / "*.py")))
+    far = [p for p in paths if "for xstart in range(0, XBLOCK, 32):" in open(p).read()]
+    assert len(far) >= 3
+    for path in far:
+        text = open(path).read()
+        name = path.rsplit("/", 1)[1][:-3]
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        signature = {}
+        for param in re.search(rf"def {name}\((.*)\):", text)[1].split(", "):
+            if ":" in param:
+                signature[param.split(":")[0]] = "constexpr"
+            elif "ptr" in param:
+                low = re.search(rf"tl\.load\({param} \+[^\n]*\)\.to\(tl\.float32\)|"
+                                rf"tl\.store\({param} \+[^\n]*\.to\(tl\.bfloat16\)", text)
+                signature[param] = "*bf16" if low else "*fp32"
+            else:
+                signature[param] = "i32"
+        source = ASTSource(getattr(module, name), signature, constexprs={"XBLOCK": 512})
+        compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32),
+                                  options={"num_warps": 1})
+        assert ".entry" in compiled.asm["ptx"]

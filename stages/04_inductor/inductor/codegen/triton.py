@@ -118,6 +118,10 @@ POINTWISE_XBLOCK = int(os.environ.get("MINIPT2_TRITON_XBLOCK", "1024"))  # for t
 # one element a thread on one warp, and libdevice is inlined once per call site. An even
 # kernel's block sizes are all multiples of the slice (``even_blocks`` needs 2048 | numel
 # and every config has XBLOCK >= 256); others mask the slice to the block and to numel.
+# Triton's compiler wants each name a loop assigns to keep its shape, so the slice's values
+# get names of their own (``tmp0_far``) and a constant is made in the slice's shape; the
+# interpreter forgives the first, so a test prints these kernels for the GPU on the CPU
+# and compiles them for sm_90 (test_math_helpers.py).
 FAR_SLICE = 32
 # sin/cos in a kernel that stores anything wider than 16 bits: libdevice's (tl.sin), not
 # ours ([Note: our own sin and erf]); tests switch it off to check our float32 polynomial
@@ -358,9 +362,11 @@ class TritonKernel(Kernel):
         loop = [f"xslice = xstart + tl.arange(0, {FAR_SLICE})", "xindex = xoffset + xslice",
                 *mask, *used_lines(index_lines, again), *again]
         # a value a loop assigns must keep its shape across it: the slice's own names
-        names = {m[1] for line in loop if (m := re.match(r"(\w+) = ", line))} - {"xslice"}
+        names = {m[1] for line in loop if (m := re.match(r"\s*(\w+) = ", line))} - {"xslice"}
         pattern = re.compile(r"\b(" + "|".join(map(re.escape, sorted(names))) + r")\b")
-        loop = [pattern.sub(r"\1_far", line) for line in loop]
+        # and a value the same for every element (``tl.full([XBLOCK], 3.0, ...)``) a slice's shape
+        loop = [pattern.sub(r"\1_far", line).replace(self.BLOCK_SHAPE, f"[{FAR_SLICE}]")
+                for line in loop]
         return [f"if {largest} > 65536.0:", f"    for xstart in range(0, XBLOCK, {FAR_SLICE}):",
                 *("        " + line for line in loop)]
     # --8<-- [end:far-sin-check]
