@@ -156,10 +156,11 @@ def test_far_path_kernels_compile_for_an_h100_without_one(monkeypatch, tmp_path)
     import re
     import warnings
 
-    import driver
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
+
+    import driver
 
     monkeypatch.setenv("MINIPT2_CACHE_DIR", str(tmp_path))
     bf = torch.bfloat16
