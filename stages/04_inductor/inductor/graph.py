@@ -157,6 +157,22 @@ def _aligned_args() -> dict[Any, int]:
 ALIGNED_ARGS = _aligned_args()
 
 
+def has_aligned_rows(buffer: Buffer, align_bytes: int = 16) -> bool:
+    """Whether every stride of ``buffer`` but the last is a multiple of ``align_bytes`` (a
+    dim of size 1 may have any). An argument in ``ALIGNED_ARGS`` that is already in memory,
+    a graph input or a value stored for another reader, is copied into padded rows when it
+    is not: BEiT's relative-position bias reached attention as a (1, 12, 17, 17) input of its
+    graph, strides (3468, 289, 17, 1), and the kernel raised where eager, which pads, ran
+    ([Note: a library call's strides] in ir.py)."""
+    per_row = max(1, align_bytes // torch.empty((), dtype=buffer.get_dtype()).element_size())
+    layout = buffer.layout
+    try:
+        return all(int(n) == 1 or int(s) % per_row == 0
+                   for n, s in zip(layout.size[:-1], layout.stride[:-1]))
+    except TypeError:  # symbolic sizes or strides: copy, to be safe
+        return False
+
+
 # --8<-- [start:depthwise-channels-last]
 # [Note: depthwise convolutions read channels-last]
 # Which kernel runs a convolution is ATen's choice, and it looks at the memory format of what
@@ -333,6 +349,12 @@ class GraphLowering(torch.fx.Interpreter):
                 args[aligned], (Pointwise, Reduction)):
             args = list(args)
             args[aligned] = self.realize(args[aligned], padded_rows_layout(args[aligned]))
+        elif (aligned is not None and aligned < len(args) and isinstance(args[aligned], Buffer)
+              and not has_aligned_rows(args[aligned])):  # a graph input or a stored value
+            args = list(args)
+            copy = Pointwise(args[aligned].get_device(), args[aligned].get_dtype(),
+                             args[aligned].make_loader(), list(args[aligned].get_size()))
+            args[aligned] = self.realize(copy, padded_rows_layout(copy))
         tree_map = torch.utils._pytree.tree_map
         return tree_map(self.realize_or_view, args), tree_map(self.realize_or_view, kwargs)
 

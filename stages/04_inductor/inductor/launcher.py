@@ -45,6 +45,8 @@ from typing import Any
 
 import torch
 
+from inductor.exc import CompileError
+
 
 def _key_and_pointers(args: tuple, options: dict[str, Any]) -> tuple[tuple, list]:
     """The variant's key ([Note: direct launches]: per tensor its dtype and 16-byte
@@ -342,12 +344,37 @@ def precompile(jobs: Sequence[tuple[Any, tuple, dict[str, Any]]]) -> int:
         # leaving the mode waited for the compiles: [Note: launchers in parallel]
         for build in builds:
             build.join()
+        refused = [error for p in pending if (error := _refused(p)) is not None]
+        if refused:  # [Note: a kernel Triton refuses]
+            raise CompileError(f"Triton could not compile a kernel of this graph: {refused[0]}")
         compiled = [getattr(p, "kernel", None) for p in pending]
         loadable = [k for k in compiled if callable(getattr(k, "_init_handles", None))]
         device = torch.cuda.current_device() if torch.cuda.is_available() else None
         list(pool.map(lambda kernel: _load(kernel, device), loadable))
     return submitted
 # --8<-- [end:precompile]
+
+
+# [Note: a kernel Triton refuses]
+# The interpreter, which CI runs, accepts some code that Triton's compiler rejects (an atomic
+# add whose address is narrower than its value: [Note: an atomic add's address]). Such a
+# kernel used to fail at its first launch, and when that launch was in the backward, the
+# training step raised where eager ran. ``precompile`` compiles every kernel of a graph (the
+# backward's too) before anything runs, so a front-end error (``CompilationError``: the
+# kernel's source is wrong) there is a compile error of the graph, and dynamo runs the
+# frame eagerly with one warning. Running out of a resource (shared memory) is left to the
+# first launch, as before: another launch configuration may fit.
+def _refused(pending: Any) -> BaseException | None:
+    """The front-end error of a compile that ``precompile`` submitted, or None."""
+    future = getattr(pending, "future", None)
+    if getattr(pending, "kernel", None) is not None or future is None or not future.done():
+        return None
+    error = future.exception()
+    try:
+        from triton.compiler.errors import CompilationError
+    except ImportError:
+        return None
+    return error if isinstance(error, CompilationError) else None
 
 
 # --8<-- [start:launchers-in-parallel]

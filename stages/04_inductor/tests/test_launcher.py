@@ -485,3 +485,35 @@ def test_a_refused_direct_launch_goes_tritons_way_from_then_on(through):
     call()
     call()
     assert len(refused) == 1 and len(fn.slow) == 4  # never direct again
+
+
+def test_precompile_turns_a_kernel_triton_refuses_into_a_compile_error():
+    """[Note: a kernel Triton refuses]: a front-end error in any kernel of the graph fails the
+    graph's compile (dynamo then runs the frame eagerly); running out of shared memory is
+    left to the first launch; a compile that succeeded or came from Triton's cache is fine."""
+    pytest.importorskip("triton.runtime._async_compile")
+    import concurrent.futures
+
+    from inductor.exc import CompileError
+    from triton.compiler.errors import CompilationError
+    from triton.runtime.errors import OutOfResources
+
+    def failed(error):
+        future = concurrent.futures.Future()
+        future.set_exception(error)
+        return type("FutureKernel", (), {"kernel": None, "future": future})()
+
+    class Warm:
+        def __init__(self, result):
+            self.result = result
+
+        def warmup(self, *args, grid, **options):
+            return self.result
+
+    ok = type("FutureKernel", (), {"kernel": None, "future": None})()  # a cache hit's stand-in
+    resources = failed(OutOfResources(300000, 232448, "shared memory"))
+    refused = failed(CompilationError("src", None, "Cannot broadcast"))
+    jobs = [(Warm(r), (torch.float32, 64), {"XBLOCK": 64}) for r in (ok, resources)]
+    assert launcher.precompile(jobs) == 2
+    with pytest.raises(CompileError, match="Triton could not compile a kernel"):
+        launcher.precompile([*jobs, (Warm(refused), (torch.float32, 64), {"XBLOCK": 64})])

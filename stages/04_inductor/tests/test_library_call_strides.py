@@ -83,3 +83,24 @@ def test_library_call_result_layout_follows_the_buffers_it_gets(target):
     torch.testing.assert_close(compiled(a)[0], a.t() * 2 + 1)
     wrapper = compiled.artifacts["wrapper"].split("def call")[1]
     assert "as_layout(buf0, (3, 5), (1, 3))" in wrapper, wrapper
+
+
+@pytest.mark.parametrize("target", ["cpp", "triton"])
+@pytest.mark.parametrize("cols,row", [(5, 8), (8, 8), (1, 1)])
+def test_an_input_argument_is_copied_into_padded_rows_only_when_it_must(monkeypatch, target,
+                                                                      cols, row):
+    """A graph input in that position (BEiT's relative-position bias) is copied into padded
+    rows when its strides are not aligned ((3, 5): (5, 1) -> (8, 1)), and handed over as it is
+    when they are ((3, 8)) or when the only strided dim has size 1."""
+    op = torch.ops.minipt2_test.strides_and_sum.default
+    monkeypatch.setitem(graph_module.ALIGNED_ARGS, op, 0)
+    a = torch.randn(3, cols, device=device_for(target)) if cols > 1 else \
+        torch.randn(1, 3, device=device_for(target))
+
+    def fn(a):
+        return torch.ops.minipt2_test.strides_and_sum(a)
+
+    compiled = driver.compile(fn, options={"target": target})
+    got, want = compiled(a), fn(a)
+    assert got[:2].tolist() == ([row, 1] if cols > 1 else [3, 1])
+    torch.testing.assert_close(got[2], want[2])

@@ -124,6 +124,16 @@ def _linear_index(indices: Sequence[torch.Tensor], sizes: Sequence, shape: Seque
     return linear
 
 
+def _on_device_of(index: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
+    """``index`` where ``a`` lives. Eager indexes a CUDA tensor with CPU indices (it moves
+    them); a gather does not. BEiT's relative-position index is such a CPU tensor, made by
+    an ``lru_cache``'d function, and its graph raised on the H200 where eager ran. No prim
+    moves data between devices, so the move stays an aten op (a library call)."""
+    if index.device == a.device or index.device.type != "cpu":
+        return index  # (a CUDA index into a CPU tensor: the gather raises, as eager does)
+    return torch.ops.aten._to_copy.default(index, device=a.device)
+
+
 @register_decomposition(aten.index.Tensor)
 def index(a: torch.Tensor, indices: Sequence[torch.Tensor | None]) -> torch.Tensor:
     """Advanced indexing with integer tensors: the indexed dims are moved to the front and
@@ -134,7 +144,7 @@ def index(a: torch.Tensor, indices: Sequence[torch.Tensor | None]) -> torch.Tens
     if any(i is not None and i.dtype in (torch.bool, torch.uint8) for i in indices):
         return NotImplemented
     dims = [d for d, i in enumerate(indices) if i is not None]
-    tensors = [indices[d] for d in dims]
+    tensors = [_on_device_of(indices[d], a) for d in dims]
     rest = [d for d in range(a.dim()) if d not in dims]
     index_shape = broadcast_shapes(*[t.shape for t in tensors])
     linear = prims.reshape(_linear_index(tensors, [a.shape[d] for d in dims], index_shape),

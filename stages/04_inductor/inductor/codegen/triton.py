@@ -402,8 +402,20 @@ class TritonKernel(Kernel):
 
     def atomic_add_line(self, arg: str, index: str, value: CSEVariable, dtype: torch.dtype,
                         mask: str) -> str:
+        """[Note: an atomic add's address]: the address takes the value's shape."""
         cast = "" if value.dtype == dtype else f".to({TRITON_TYPES[dtype]})"
-        return f"tl.atomic_add({arg} + ({index}), {value}{cast}{', ' + mask if mask else ''})"
+        address = f"{arg} + ({index}) + tl.full({value}.shape, 0, tl.int32)"
+        return f"tl.atomic_add({address}, {value}{cast}{', ' + mask if mask else ''})"
+
+    # [Note: an atomic add's address]
+    # ``tl.store`` broadcasts its address and value to one shape; ``tl.atomic_add`` only
+    # broadcasts the value to the address. In LayoutLM's training step on the H200 an
+    # embedding's gradient row (token type 0, a constant index) was added into from a
+    # LayerNorm backward reduction: address ``[1, RBLOCK]``, value ``[XBLOCK, RBLOCK]``,
+    # every row of the tile adding into the same row. Triton refused to compile it and the
+    # backward raised; the interpreter, which broadcasts both ways, had run it. Adding a
+    # block of zeros of the value's shape (``tl.full``) gives the address at least that
+    # shape (a larger address, the value of a reduced row, is still broadcast as before).
 
     def rand_expr(self, seed: CSEVariable, offset: CSEVariable, stream: int,
                   dtype: torch.dtype) -> str:
