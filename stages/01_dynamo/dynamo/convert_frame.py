@@ -100,12 +100,12 @@ class CacheEntry:
         return self.check_fn(frame.f_globals, frame.closure, **frame.arguments)
 
     # --8<-- [start:run-entry]
-    def run(self, frame: Frame, inputs: tuple[Any, ...]) -> Any:
+    def run(self, frame: Frame, inputs: tuple[Any, ...], outputs: Any = None) -> Any:
         """Graph, then side effects, then the return value or the rest of the frame.
-        ``inputs``: the graph inputs, as ``check`` fetched them."""
-        outputs: Any = ()
-        if self.compiled_fn is not None:
-            outputs = self.compiled_fn(*inputs)
+        ``inputs``: the graph inputs, as ``check`` fetched them; ``outputs``: the graph's, if
+        the caller ran it already."""
+        if outputs is None:
+            outputs = self.compiled_fn(*inputs) if self.compiled_fn is not None else ()
         rt = Residual(dict(zip(self.output_nodes, outputs)), frame.namespace())
         self.side_effects.replay(rt)
         if self.break_point is None:
@@ -125,6 +125,15 @@ class CacheEntry:
         resume, live = self.continuation(frame, offset, stack, local_values)
         return resume(*resume_args(stack, local_values, live))
     # --8<-- [end:run-entry]
+
+    @functools.cached_property
+    def writes_inputs(self) -> bool:
+        """Whether the graph may write into one of its inputs ([Note: a graph that fails at
+        its first call]): an in-place op, a ``setitem``, ``inplace=True`` or a normalization
+        that updates running statistics, on an input or a view of one."""
+        if self.graph is None:
+            return False
+        return any(_may_write_input(node) for node in self.graph.graph.nodes)
 
     @functools.cached_property
     def handler(self) -> tuple[int, int, bool] | None:
@@ -173,6 +182,41 @@ class CacheEntry:
             resume = _eval_frame().optimized(fn, self.backend, self.dynamic)
             found = self.continuations[key] = (resume, live)  # (keeps fn, and so the ids, alive)
         return found
+
+
+_VIEWS = frozenset({"getitem", "view", "reshape", "transpose", "permute", "expand", "narrow",
+                    "select", "unsqueeze", "squeeze", "flatten", "t", "as_strided", "view_as",
+                    "unflatten", "movedim", "swapaxes", "detach", "contiguous", "unbind",
+                    "split", "chunk", "diagonal", "expand_as", "real", "imag"})
+_RUNNING_STATS = frozenset({"batch_norm", "instance_norm"})
+
+
+def _target_name(node: torch.fx.Node) -> str:
+    return node.target if isinstance(node.target, str) else \
+        getattr(node.target, "__name__", "")
+
+
+def _reaches_input(node: Any) -> bool:
+    """Is ``node`` a graph input, or a view of one (through view-making ops only)?"""
+    while isinstance(node, torch.fx.Node):
+        if node.op in ("placeholder", "get_attr"):
+            return True
+        if node.op not in ("call_function", "call_method") or \
+                _target_name(node) not in _VIEWS or not node.args:
+            return False
+        node = node.args[0]
+    return False
+
+
+def _may_write_input(node: torch.fx.Node) -> bool:
+    if node.op not in ("call_function", "call_method", "call_module"):
+        return False
+    name = _target_name(node)
+    writes = (name in ("setitem", "__setitem__") or node.kwargs.get("inplace") is True
+              or (name.endswith("_") and not name.startswith("_")))
+    if name in _RUNNING_STATS or node.op == "call_module":
+        return True  # running statistics, or a module we cannot see into: assume it writes
+    return writes and any(_reaches_input(a) for a in node.all_input_nodes)
 
 
 @functools.cache

@@ -226,8 +226,55 @@ def _call(
         return run_eagerly()
     _cache[code].append(entry)
     _created.append(entry)
-    return entry.run(frame, inputs)
+    outputs = _first_outputs(frame, entry, inputs, fullgraph, run_eagerly)
+    if isinstance(outputs, _RanEagerly):
+        return outputs.result
+    return entry.run(frame, inputs, outputs)
 # --8<-- [end:cache-lookup]
+
+
+# [Note: a graph that fails at its first call]
+# Compiling can succeed and the compiled code still fail when it first runs: a library call
+# that wants its arguments laid out in a way the compiler did not give them (BEiT's
+# attention mask on the H200), a kernel the GPU's compiler refuses. Eager would have run,
+# so the user's program must not stop there. The first call of a new entry runs its graph
+# on its own; if the graph raises, and it cannot have written into its inputs yet (no
+# in-place op on an input or a view of one, no running statistics), nothing has happened
+# that the user could see: the graph's outputs, side effects and the rest of the frame come
+# after it. So the frame runs eagerly. If eager raises too, the error is eager's, the
+# user's own (a bool tensor subtracted), and the entry stays; if eager runs, the frame runs
+# eagerly from then on, with one warning. A graph that may have written into an input
+# before failing re-raises instead: running the frame again would apply the write twice.
+# Under ``fullgraph=True`` or ``MINIPT2_STRICT=1`` the error is raised as it is.
+# --8<-- [start:first-call]
+@dataclasses.dataclass
+class _RanEagerly:
+    result: Any
+
+
+def _first_outputs(frame: Frame, entry: CacheEntry, inputs: tuple, fullgraph: bool,
+                   run_eagerly: Callable[[], Any]) -> Any:
+    """The graph's outputs at the new entry's first call; or, when the graph failed there,
+    the frame run eagerly ([Note: a graph that fails at its first call])."""
+    if entry.compiled_fn is None:
+        return ()
+    try:
+        return entry.compiled_fn(*inputs)
+    except Exception as error:
+        if fullgraph or config.strict() or entry.writes_inputs:
+            raise
+        result = _RanEagerly(run_eagerly())  # eager's own error, if it has one, is raised
+        _cache[frame.code].remove(entry)
+        _skipped.add(frame.code)
+        warnings.warn(
+            f'minipt2: the compiled graph of {frame.code.co_name}() failed at its first '
+            f"call; running it eagerly.\n  reason: {type(error).__name__}: "
+            f"{str(error).splitlines()[0] if str(error) else ''}\n"
+            f"  at {frame.code.co_filename}:{frame.code.co_firstlineno}\n"
+            f"  (fullgraph=True or MINIPT2_STRICT=1 raises instead)",
+            FallbackWarning, stacklevel=4)
+        return result
+# --8<-- [end:first-call]
 
 
 def _eager_after_user_error(frame: Frame, run_eagerly: Callable[[], Any],

@@ -400,3 +400,55 @@ def test_backend_errors_name_the_stage_they_came_from():
     fn = dynamo.optimize(failing_backend)(lambda x: x + 1)
     with pytest.warns(dynamo.FallbackWarning, match='stage "inductor"'):
         torch.testing.assert_close(fn(torch.ones(2)), torch.ones(2) + 1)
+
+
+def _failing_backend(runs: list):
+    """A backend whose compiled code raises at every call (a library call that rejects the
+    layout it was given, say); ``runs`` counts the calls."""
+    def backend(gm, example_inputs):
+        def compiled(*args):
+            runs.append(1)
+            raise RuntimeError("attn_bias is not correctly aligned")
+        return compiled
+    return backend
+
+
+def pure(x):
+    return (x * 2).sin()
+
+
+def writes_input(x):
+    x.add_(1)
+    return x * 2
+
+
+def writes_input_view(x):
+    x[0].mul_(2)
+    return x + 1
+
+
+def test_a_graph_that_fails_at_its_first_call_runs_eagerly_from_then_on(monkeypatch):
+    """[Note: a graph that fails at its first call]: one warning, eager's result, and the
+    compiled code is not tried again; under fullgraph it raises."""
+    monkeypatch.delenv("MINIPT2_STRICT", raising=False)
+    runs = []
+    opt = dynamo.optimize(_failing_backend(runs))(pure)
+    x = torch.randn(5)
+    with pytest.warns(dynamo.FallbackWarning, match="failed at its first call"):
+        torch.testing.assert_close(opt(x), pure(x))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        torch.testing.assert_close(opt(x), pure(x))
+    assert runs == [1]
+    strict = dynamo.optimize(_failing_backend([]), fullgraph=True)(lambda x: x.cos() + 1)
+    with pytest.raises(RuntimeError, match="not correctly aligned"):
+        strict(x)
+
+
+@pytest.mark.parametrize("fn", [writes_input, writes_input_view])
+def test_a_failing_graph_that_may_have_written_an_input_raises(fn, monkeypatch):
+    """Running the frame again would write into the input twice: the error surfaces."""
+    monkeypatch.delenv("MINIPT2_STRICT", raising=False)
+    x = torch.randn(3, 4)
+    with pytest.raises(RuntimeError, match="not correctly aligned"):
+        dynamo.optimize(_failing_backend([]))(fn)(x.clone())
