@@ -68,13 +68,32 @@ class CompiledGraph:
         return self.call(*args)
 
 
-def default_target(example_inputs: list[Any]) -> str:
+def default_target(example_inputs: list[Any], gm: torch.fx.GraphModule | None = None) -> str:
     """Triton for CUDA inputs, C++ for CPU inputs, and the fallback for any other device
-    (Apple MPS, ...): no printer writes kernels for it, but the prims run there op by op."""
+    (Apple MPS, ...): no printer writes kernels for it, but the prims run there op by op.
+    A graph without tensor inputs goes by the device its factories name (``factory_device``)."""
     devices = {t.device.type for t in example_inputs if isinstance(t, torch.Tensor)}
+    if not devices and gm is not None:
+        devices = {factory_device(gm).type}
     if devices == {"cuda"} and torch.cuda.is_available():
         return "triton"
     return "cpp" if devices <= {"cpu"} else "fallback"
+
+
+# [Note: a graph without inputs]
+# A graph can take no tensor at all: Funnel's positional embeddings are computed from
+# ``torch.arange(..., device=...)`` and numbers alone, in a frame of their own. Its device
+# was taken from its inputs, so it had none and was the CPU's: the C++ target compiled the
+# graph, the factories (which name CUDA) ran as library calls on the GPU, and a C++ loop
+# read their GPU memory from the host, which crashed the process on the H200. Such a graph
+# runs where its factories put their tensors: the first device other than the CPU that one
+# of them names (a CPU scalar beside CUDA tensors is still a library call), else the CPU.
+def factory_device(gm: torch.fx.GraphModule) -> torch.device:
+    """The device a graph without tensor inputs computes on ([Note: a graph without
+    inputs])."""
+    named = [torch.device(d) for node in gm.graph.nodes
+             if isinstance(d := node.kwargs.get("device"), (torch.device, str))]
+    return next((d for d in named if d.type not in ("cpu", "meta")), torch.device("cpu"))
 
 
 def check_target(target: Any) -> str:
@@ -120,7 +139,7 @@ def compile_fx_inner(prims_gm: torch.fx.GraphModule, example_inputs: list[Any], 
                      target: str | None = None, mode: str = "default") -> CompiledGraph:
     """Compile a prims graph for ``target`` ("triton", "cpp", "fallback"; default: by device).
     ``mode="max-autotune"`` launches Triton kernels through ``autotune.Autotuner``."""
-    target = check_target(target or default_target(example_inputs))
+    target = check_target(target or default_target(example_inputs, prims_gm))
     if target != "fallback" and tensor_constants(prims_gm):  # [Note: tensor constants]
         return compile_with_constants(prims_gm, example_inputs, target, mode)
     autotune = check_mode(mode) in AUTOTUNE_MODES and target == "triton"
@@ -231,10 +250,10 @@ def compile_with_constants(prims_gm: torch.fx.GraphModule, example_inputs: list[
     lives off the inputs' device."""
     devices = {t.device for t in example_inputs if isinstance(t, torch.Tensor)}
     kernels_device = next((t.device for t in example_inputs if isinstance(t, torch.Tensor)),
-                          torch.device("cpu"))  # as GraphLowering.device() says
+                          None) or factory_device(prims_gm)  # as GraphLowering.device() says
     fold_constants(prims_gm, kernels_device)  # [Note: constant folding]
     elsewhere = {operator.attrgetter(n.target)(prims_gm).device
-                 for n in tensor_constants(prims_gm)} - (devices or {torch.device("cpu")})
+                 for n in tensor_constants(prims_gm)} - (devices or {kernels_device})
     if elsewhere:
         raise CompileError(f"a tensor made in the traced code lives on {elsewhere.pop()}, "
                            "not on the device of the graph's inputs")
@@ -441,7 +460,7 @@ def compile_fx(gm: torch.fx.GraphModule, example_inputs: list[Any], *,
     if options is not None and not isinstance(options, dict):
         raise TypeError(f"inductor: options must be a dict, got {type(options).__name__}")
     options = dict(options or {})
-    target = check_target(options.get("target") or default_target(example_inputs))
+    target = check_target(options.get("target") or default_target(example_inputs, gm))
     mode = check_mode(options.get("mode") or "default")
     import aotautograd
     import primtorch

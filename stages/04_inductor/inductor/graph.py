@@ -493,8 +493,15 @@ class GraphLowering(torch.fx.Interpreter):
         return values if many else values[0]
 
     def device(self) -> torch.device:
+        """Where the kernels run: the first input's device; for a graph without tensor
+        inputs, its factories' ([Note: a graph without inputs] in compile_fx.py)."""
         tensors = [t for t in self.example_inputs if isinstance(t, torch.Tensor)]
-        return tensors[0].device if tensors else torch.device("cpu")
+        if tensors:
+            return tensors[0].device
+        if "_factory_device" not in self.__dict__:
+            from inductor.compile_fx import factory_device
+            self.__dict__["_factory_device"] = factory_device(self.module)
+        return self.__dict__["_factory_device"]
 
     def output(self, target: str, args: Any, kwargs: Any) -> Any:
         outs = args[0] if isinstance(args[0], (list, tuple)) else [args[0]]

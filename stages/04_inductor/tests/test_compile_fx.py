@@ -294,3 +294,30 @@ def test_a_tensor_constant_on_another_device_is_a_compile_error():
     gm = _graph_with_constant(torch.empty((), device="meta"))
     with pytest.raises(CompileError, match="lives on meta"):
         inductor.compile_fx_inner(gm, [torch.randn(4)], target="cpp")
+
+
+def test_a_graph_without_inputs_runs_where_its_factories_put_their_tensors():
+    """[Note: a graph without inputs]: Funnel's positional embeddings come from factories on
+    the GPU and no input; the graph's device is theirs, not the CPU's (whose C++ loops read
+    the GPU's memory from the host and crashed). Without a GPU here, a graph naming CUDA
+    gets the fallback target, and one naming only the CPU (or nothing) keeps C++."""
+    import importlib
+
+    from inductor.graph import GraphLowering
+
+    cfx_module = importlib.import_module("inductor.compile_fx")
+
+    def graph(device):
+        g = torch.fx.Graph()
+        a = g.call_function(torch.ops.aten.arange.default, (8,), {"device": device})
+        g.output((g.call_function(torch.ops.aten.sin.default, (a,)),))
+        return torch.fx.GraphModule(torch.nn.Module(), g)
+
+    gpu, cpu = graph(torch.device("cuda", 0)), graph(torch.device("cpu"))
+    assert cfx_module.factory_device(gpu) == torch.device("cuda", 0)
+    assert cfx_module.factory_device(cpu) == torch.device("cpu")
+    assert cfx_module.default_target([], gpu) == ("triton" if torch.cuda.is_available()
+                                                  else "fallback")
+    assert cfx_module.default_target([], cpu) == "cpp"
+    assert cfx_module.default_target([torch.zeros(2)], gpu) == "cpp"  # inputs decide
+    assert GraphLowering(gpu, []).device() == torch.device("cuda", 0)
