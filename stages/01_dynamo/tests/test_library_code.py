@@ -917,6 +917,19 @@ def test_a_stateless_module_made_inside_the_forward(backend, no_fallback):
         dynamo.optimize(backend, fullgraph=True)(with_weights)(x)
 
 
+def test_torch_modules_made_inside_the_forward(backend, no_fallback):
+    """CANINE builds ``nn.MaxPool1d`` and ``nn.ConstantPad1d`` in its forward: torch's own
+    stateless modules are made at trace time too; a ``nn.Linear`` made there still breaks."""
+    def fn(x):
+        pooled = torch.nn.MaxPool1d(kernel_size=4, stride=4)(x)
+        return torch.nn.ConstantPad1d((1, 2), 0.5)(pooled).relu() + 1
+
+    x = torch.randn(2, 3, 16)
+    torch.testing.assert_close(dynamo.optimize(backend, fullgraph=True)(fn)(x), fn(x))
+    with pytest.raises(dynamo.Unsupported, match="holds parameters"):
+        dynamo.optimize(backend, fullgraph=True)(lambda x: torch.nn.Linear(16, 2)(x))(x)
+
+
 _FLAG = {"on": False}
 
 

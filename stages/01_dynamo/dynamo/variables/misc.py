@@ -129,6 +129,11 @@ class TypeVariable(KnownValueVariable):
             values = [a.as_python_constant() for a in args]
             named = {k: v.as_python_constant() for k, v in kwargs.items()}
             return fold(self.value, *values, **named)
+        if isinstance(self.value, type) and issubclass(self.value, torch.nn.Module):
+            # torch's own modules too (CANINE's nn.MaxPool1d(4, 4) in its forward)
+            from .user_defined import _module_made_in_forward  # [Note: a module made ...]
+
+            return _module_made_in_forward(self.value, args, kwargs)
         unimplemented(f"constructing a {self.value.__qualname__} object")
 
     def reconstruct(self, rt: Any) -> Any:

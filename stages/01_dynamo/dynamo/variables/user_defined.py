@@ -342,7 +342,8 @@ def _dict_reading_method(obj: UserObjectVariable, cls: type, name: str) -> Any:
 # stateless: the object can be made now, once, by running its constructor for real, and
 # each call traces its forward as for any module. (Every call of eager's makes a new one;
 # only the objects' identities differ.) A module with parameters draws them at random and
-# holds state, so making one inside a forward still breaks the graph.
+# holds state, so making one inside a forward still breaks the graph. torch's own module
+# classes (CANINE's ``nn.MaxPool1d(4, 4)``) are made the same way (``TypeVariable``).
 def _module_made_in_forward(cls: type, args: list, kwargs: dict) -> VariableTracker:
     """``cls(*args, **kwargs)`` made at trace time when stateless ([Note: a module made
     inside a forward]); a graph break otherwise."""
