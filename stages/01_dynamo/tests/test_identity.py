@@ -5,7 +5,6 @@ from __future__ import annotations
 import warnings
 
 import dynamo
-import pytest
 import torch
 
 
@@ -16,11 +15,6 @@ def made_vs_inputs(a, b):
 
 def branch(a, b):
     return a + 1 if a is b else a - 1
-
-
-def in_place(x):
-    y = x.add_(1)
-    return y * 2, (y is x)
 
 
 def test_a_computed_value_is_no_input(backend):
@@ -52,9 +46,25 @@ def test_multihead_attention_compiles_in_one_graph(backend):
         torch.testing.assert_close(opt(kv, kv, kv)[0], m(kv, kv, kv)[0])
 
 
-def test_an_in_place_result_is_not_answered(backend):
-    """An in-place op returns its own input: no answer, the frame runs eagerly."""
-    x = torch.randn(3)
-    with pytest.warns(dynamo.FallbackWarning, match="`is` between two traced values"):
-        got = dynamo.optimize(backend)(in_place)(x.clone())
-    assert got[1] is True
+def returns_its_input(x, b):
+    c, d = x.contiguous(), x.to(torch.float32)
+    e = torch.nn.functional.dropout(x, 0.5, training=False)
+    y = x * 2
+    z = y.add_(1)
+    w = x + 0
+    w += 1
+    return y, (c is x, d is x, e is x, z is y, y is x, w is x, b is x, (x * 3) is (x * 3))
+
+
+def test_ops_that_return_their_input_answer_as_in_eager(backend, no_fallback):
+    """An in-place op, ``contiguous`` of a contiguous tensor, ``.to`` of its own dtype and
+    dropout in eval mode return their input in eager; their example tensors do the same in
+    the trace, and the answers agree with eager's."""
+    x, b = torch.randn(3), torch.randn(3)
+    got = dynamo.optimize(backend)(returns_its_input)(x.clone(), b)
+    want = returns_its_input(x.clone(), b)
+    assert got[1] == want[1] == (True, True, True, True, False, False, False, False)
+    torch.testing.assert_close(got[0], want[0])
+    transposed = torch.randn(3, 4).t()  # not contiguous: a copy, another object
+    opt = dynamo.optimize(backend)(lambda t: (t.contiguous() is t, t + 1))
+    assert opt(transposed)[0] is False

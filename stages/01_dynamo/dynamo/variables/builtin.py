@@ -258,12 +258,14 @@ def _repeat(tx, a, b):
 # [Note: `is` between tensors]
 # ``nn.MultiheadAttention.forward`` asks ``query is key`` and ``key is value`` to choose
 # its fast path; SigLIP's pooling head calls it with a probe and the hidden states, and the
-# whole forward ran eagerly ("`is` between two traced values"). Identity is known at trace
-# time in most cases: one tracker is one tensor (the same input reached twice is one
-# tracker, ``wrap_tensor``); a value the graph computes is a new object, so it is no input
-# (unless an in-place op made it, which returns its own input: not answered); two inputs
-# that were two objects at this call are guarded to stay two (``a is not b``), so passing
-# one tensor twice later recompiles.
+# whole forward ran eagerly ("`is` between two traced values"). Every traced tensor has an
+# example tensor, which went through the same code as the real one: an op that returns its
+# own input in eager (an in-place op, ``x.contiguous()`` of a contiguous ``x``, ``.to`` of
+# the same dtype, dropout in eval mode) returns its example in the trace. So two trackers
+# are one tensor exactly when their examples are one object. Inputs are the exception to
+# "the same code": each has its own example, one per object (the same input reached twice
+# is one tracker, ``wrap_tensor``), and two inputs that were two objects at this call are
+# guarded to stay two (``a is not b``), so passing one tensor twice later recompiles.
 def _is(tx: InstructionTranslator, a: VariableTracker, b: VariableTracker, negate=False):
     if isinstance(a, SymNumberVariable) or isinstance(b, SymNumberVariable):
         return None
@@ -286,23 +288,14 @@ def _is(tx: InstructionTranslator, a: VariableTracker, b: VariableTracker, negat
     if a.is_python_constant() != b.is_python_constant():
         return ConstantVariable(negate)  # e.g. a list is not None
     if isinstance(a, TensorVariable) and isinstance(b, TensorVariable):
-        if a.proxy.node is b.proxy.node:  # [Note: `is` between tensors]
-            return ConstantVariable(not negate)
-        if (a.source is None) != (b.source is None) and not _written_in_place(a, b):
-            return ConstantVariable(negate)  # a value the graph makes is no input
-        if a.source is not None and b.source is not None:
+        # [Note: `is` between tensors]: the example tensors ran the same code as eager
+        same = a.example is b.example
+        if not same and a.source is not None and b.source is not None:
             # two inputs are one tracker when they are one tensor (``wrap_tensor``): these
             # were two at this call, which a guard keeps true for the entry's later calls
             tx.output.add_guards([Guard(a.source, "ALIAS", f"{a.source} is not {b.source}")])
-            return ConstantVariable(negate)
+        return ConstantVariable(same != negate)
     unimplemented("`is` between two traced values")
-
-
-def _written_in_place(*values: VariableTracker) -> bool:
-    """Did an in-place op (which returns its own input) make one of these values?"""
-    return any(v.proxy.node.op in ("call_method", "call_function")
-               and str(getattr(v.proxy.node.target, "__name__", v.proxy.node.target)
-                       ).endswith("_") for v in values)
 
 
 def _eq(tx, a, b, negate=False):
