@@ -20,6 +20,8 @@ import types
 from collections.abc import Callable
 from typing import Any
 
+import torch
+
 from .resume_execution import make_resume_code, original_location
 from .utils import eval_source
 from .variables.base import NullVariable, VariableTracker
@@ -159,8 +161,31 @@ def _run_simple(inst: dis.Instruction, stack: list[Any]) -> None:
     elif name == "STORE_SUBSCR":
         key, obj, value = stack.pop(), stack.pop(), stack.pop()
         obj[key] = value
+    elif name == "BUILD_SLICE":  # [Note: slice bounds that are tensors]
+        parts = [_as_bound(stack.pop()) for _ in range(inst.arg)][::-1]
+        stack.append(slice(*parts))
+    elif name == "BINARY_SLICE":  # 3.12: container[start:stop]
+        stop, start, obj = stack.pop(), stack.pop(), stack.pop()
+        stack.append(obj[start:stop])
+    elif name == "STORE_SLICE":  # 3.12: container[start:stop] = value
+        stop, start, obj, value = stack.pop(), stack.pop(), stack.pop(), stack.pop()
+        obj[start:stop] = value
     else:  # pragma: no cover - RESUMABLE and this function are kept in step
         raise NotImplementedError(inst.opname)
+
+
+# [Note: slice bounds that are tensors]
+# DeBERTa slices its relative embeddings with bounds computed as 0-d tensors
+# (``rel[m - span : m + span]``, ``span = torch.tensor(...)``). A slice's bounds are numbers
+# in the graph, so the trace stops there: a graph break at the slice instruction. The break
+# runs it for real: Python 3.12's ``BINARY_SLICE`` slices the container at once; 3.11 builds
+# the slice object first (``BUILD_SLICE``), and then its tensor bounds become the numbers
+# ``operator.index`` makes of them, which is what slicing does with them anyway, so the
+# resumed frame gets a slice of numbers it can guard. Before, the function ran eagerly.
+def _as_bound(value: Any) -> Any:
+    if isinstance(value, torch.Tensor) and value.ndim == 0 and not value.is_floating_point():
+        return operator.index(value)
+    return value
 
 
 # -- continuing the frame ------------------------------------------------------------------------

@@ -72,6 +72,8 @@ def literal(value: Any) -> str:
         return f"({inner},)" if len(value) == 1 else f"({inner})"
     if value is None or isinstance(value, (bool, int, float, complex, str, bytes)):
         return repr(value)
+    if type(value) is slice:  # a slice a graph break hands on ([Note: slice bounds that ...])
+        return f"slice({literal(value.start)}, {literal(value.stop)}, {literal(value.step)})"
     raise TypeError(f"no literal form for {type(value).__name__}")
 
 
