@@ -187,8 +187,10 @@ class CacheEntry:
 _VIEWS = frozenset({"getitem", "view", "reshape", "transpose", "permute", "expand", "narrow",
                     "select", "unsqueeze", "squeeze", "flatten", "t", "as_strided", "view_as",
                     "unflatten", "movedim", "swapaxes", "detach", "contiguous", "unbind",
-                    "split", "chunk", "diagonal", "expand_as", "real", "imag"})
+                    "split", "chunk", "diagonal", "expand_as", "real", "imag", "getattr"})
 _RUNNING_STATS = frozenset({"batch_norm", "instance_norm"})
+_AUGMENTED = frozenset({"iadd", "isub", "imul", "imatmul", "itruediv", "ifloordiv", "imod",
+                        "ipow", "iand", "ior", "ixor", "ilshift", "irshift"})  # x += y
 
 
 def _target_name(node: torch.fx.Node) -> str:
@@ -213,7 +215,8 @@ def _may_write_input(node: torch.fx.Node) -> bool:
         return False
     name = _target_name(node)
     writes = (name in ("setitem", "__setitem__") or node.kwargs.get("inplace") is True
-              or (name.endswith("_") and not name.startswith("_")))
+              or (name.endswith("_") and not name.startswith("_")) or name in _AUGMENTED
+              or name.strip("_") in _AUGMENTED or "out" in node.kwargs)
     if name in _RUNNING_STATS or node.op == "call_module":
         return True  # running statistics, or a module we cannot see into: assume it writes
     return writes and any(_reaches_input(a) for a in node.all_input_nodes)

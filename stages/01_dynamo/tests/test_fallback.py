@@ -452,3 +452,27 @@ def test_a_failing_graph_that_may_have_written_an_input_raises(fn, monkeypatch):
     x = torch.randn(3, 4)
     with pytest.raises(RuntimeError, match="not correctly aligned"):
         dynamo.optimize(_failing_backend([]))(fn)(x.clone())
+
+
+def augmented(x):
+    x += 1
+    return x * 2
+
+
+def through_data(x):
+    x.data.mul_(2)
+    return x + 1
+
+
+def into_out(x, y):
+    torch.add(y, 1, out=x)
+    return x * 2
+
+
+@pytest.mark.parametrize("fn", [augmented, through_data, into_out])
+def test_other_writes_into_an_input_also_raise(fn, monkeypatch):
+    monkeypatch.delenv("MINIPT2_STRICT", raising=False)
+    x, y = torch.randn(3, 4), torch.randn(3, 4)
+    args = (x.clone(), y) if fn is into_out else (x.clone(),)
+    with pytest.raises(RuntimeError, match="not correctly aligned"):
+        dynamo.optimize(_failing_backend([]))(fn)(*args)
