@@ -265,16 +265,21 @@ def _first_outputs(frame: Frame, entry: CacheEntry, inputs: tuple, fullgraph: bo
             raise
         result = _RanEagerly(run_eagerly())  # eager's own error, if it has one, is raised
         _cache[frame.code].remove(entry)
-        _skipped.add(frame.code)
-        warnings.warn(
-            f'minipt2: the compiled graph of {frame.code.co_name}() failed at its first '
-            f"call; running it eagerly.\n  reason: {type(error).__name__}: "
-            f"{str(error).splitlines()[0] if str(error) else ''}\n"
-            f"  at {frame.code.co_filename}:{frame.code.co_firstlineno}\n"
-            f"  (fullgraph=True or MINIPT2_STRICT=1 raises instead)",
-            FallbackWarning, stacklevel=4)
+        first_line = str(error).splitlines()[0] if str(error) else ""
+        _eager_from_now_on(frame, "the compiled graph failed at its first call: "
+                                  f"{type(error).__name__}: {first_line}")
         return result
 # --8<-- [end:first-call]
+
+
+def _eager_from_now_on(frame: Frame, reason: str) -> None:
+    """The frame's code runs eagerly from now on; one warning says why."""
+    _skipped.add(frame.code)
+    warnings.warn(
+        f'minipt2 stage "dynamo" could not compile {frame.code.co_name}(); running it '
+        f"eagerly.\n  reason: {reason}\n"
+        f"  at {frame.code.co_filename}:{frame.code.co_firstlineno}\n"
+        f"  (fullgraph=True or MINIPT2_STRICT=1 raises instead)", FallbackWarning, stacklevel=5)
 
 
 def _eager_after_user_error(frame: Frame, run_eagerly: Callable[[], Any],
@@ -287,12 +292,7 @@ def _eager_after_user_error(frame: Frame, run_eagerly: Callable[[], Any],
     if fullgraph or config.strict():
         raise RuntimeError(f"{frame.code.co_name}(): tracing raised {error}, which eager "
                            "PyTorch does not raise") from error.error
-    _skipped.add(frame.code)
-    warnings.warn(
-        f'minipt2 stage "dynamo" could not compile {frame.code.co_name}(); running it '
-        f"eagerly.\n  reason: tracing raised {error}, which eager PyTorch does not raise\n"
-        f"  at {frame.code.co_filename}:{frame.code.co_firstlineno}", FallbackWarning,
-        stacklevel=4)
+    _eager_from_now_on(frame, f"tracing raised {error}, which eager PyTorch does not raise")
     return result
 
 
