@@ -95,7 +95,13 @@ from inductor.codegen.common import (
     kernel_name,
     numel,
 )
-from inductor.codegen.triton_math import PHILOX, math_helper_sources
+from inductor.codegen.triton_math import (
+    FAR_SLICE,
+    PHILOX,
+    TORCH_OP,
+    far_path_in_slices,
+    math_helper_sources,
+)
 from inductor.scheduler import FusedGroup
 from inductor.virtualized import INDIRECT_PREFIX
 
@@ -107,22 +113,6 @@ TRITON_TYPES = {
 }
 LOW_PRECISION = {torch.float16, torch.bfloat16}  # loaded as float32, computed in float32
 POINTWISE_XBLOCK = int(os.environ.get("MINIPT2_TRITON_XBLOCK", "1024"))  # for tuning runs
-# [Note: the far path in slices]
-# A flat kernel's far path (``far_sin_check``) inlines libdevice's sinf or cosf, each with
-# its Payne-Hanek reduction, once for every element a thread holds. bfloat16 sin(x) +
-# cos(y) runs 512 elements on one warp, 16 a thread: 32 copies of libdevice, 5839 lines of
-# PTX, and compiling it took 0.53 s of Triton's stages on our CPU against 0.15 s without
-# the far path; on the H200 its first call was 0.68 s, torch.compile's 0.62 s. The path is
-# taken only by blocks holding an argument beyond 2**16, where speed hardly matters: so it
-# walks the block in slices of ``FAR_SLICE`` elements, a loop Triton does not unroll,
-# one element a thread on one warp, and libdevice is inlined once per call site. An even
-# kernel's block sizes are all multiples of the slice (``even_blocks`` needs 2048 | numel
-# and every config has XBLOCK >= 256); others mask the slice to the block and to numel.
-# Triton's compiler wants each name a loop assigns to keep its shape, so the slice's values
-# get names of their own (``tmp0_far``) and a constant is made in the slice's shape; the
-# interpreter forgives the first, so a test prints these kernels for the GPU on the CPU
-# and compiles them for sm_90 (test_math_helpers.py).
-FAR_SLICE = 32
 # sin/cos in a kernel that stores anything wider than 16 bits: libdevice's (tl.sin), not
 # ours ([Note: our own sin and erf]); tests switch it off to check our float32 polynomial
 LIBDEVICE_SIN_WHERE_WIDE = True
@@ -358,17 +348,8 @@ class TritonKernel(Kernel):
                  if reload or " = tl.load(" not in line]
         if not reload or index_lines is None:
             return [f"if {largest} > 65536.0:", *("    " + line for line in again)]
-        mask = [] if self.EVEN else ["xmask = (xslice < XBLOCK) & (xindex < xnumel)"]
-        loop = [f"xslice = xstart + tl.arange(0, {FAR_SLICE})", "xindex = xoffset + xslice",
-                *mask, *used_lines(index_lines, again), *again]
-        # a value a loop assigns must keep its shape across it: the slice's own names
-        names = {m[1] for line in loop if (m := re.match(r"\s*(\w+) = ", line))} - {"xslice"}
-        pattern = re.compile(r"\b(" + "|".join(map(re.escape, sorted(names))) + r")\b")
-        # and a value the same for every element (``tl.full([XBLOCK], 3.0, ...)``) a slice's shape
-        loop = [pattern.sub(r"\1_far", line).replace(self.BLOCK_SHAPE, f"[{FAR_SLICE}]")
-                for line in loop]
-        return [f"if {largest} > 65536.0:", f"    for xstart in range(0, XBLOCK, {FAR_SLICE}):",
-                *("        " + line for line in loop)]
+        return [f"if {largest} > 65536.0:", *far_path_in_slices(
+            [*used_lines(index_lines, again), *again], self.EVEN, self.BLOCK_SHAPE)]
     # --8<-- [end:far-sin-check]
 
     def erf(self, x: CSEVariable) -> CSEVariable:
@@ -439,34 +420,6 @@ class TritonKernel(Kernel):
             inner = inner * sizes[k]
         return list(reversed(lines))
 
-
-TORCH_OP = '''
-
-def torch_op(name, *xs):
-    """Interpreter only: an op with no tl spelling, run by torch on the blocks' numpy data."""
-    import torch
-    from triton.runtime.interpreter import TensorHandle
-
-    data = getattr(torch, name)(*[torch.from_numpy(x.handle.data) for x in xs]).numpy()
-    dtype = xs[0].handle.dtype
-    kind = tl.core.block_type(xs[0].dtype, list(data.shape)) if data.shape else xs[0].dtype
-    return tl.core.tensor(TensorHandle(data, dtype), kind)
-
-
-def scalar(x):
-    """Interpreter only: a run-time int argument (a 1-element array there) as a Python int,
-    for ``range`` (the interpreter's own conversion fails on NumPy 2)."""
-    return int(x.handle.data.reshape(-1)[0])
-
-
-def check_index(ok, mask, value, message):
-    """Interpreter only: tl.device_assert is a no-op there, so raise as torch would."""
-    import numpy
-
-    bad = ~ok.handle.data if mask is None else ~ok.handle.data & mask.handle.data
-    if numpy.any(bad):
-        raise IndexError(message.format(numpy.broadcast_to(value.handle.data, bad.shape)[bad][0]))
-'''
 
 RANDOM_BITS = {torch.float32: 24, torch.bfloat16: 8, torch.float16: 11}  # mantissa + 1
 

@@ -4,12 +4,16 @@ generator: the helpers' source text.
 Input: the name of a helper a kernel calls (``sin_cos``, ``erf``, ``erfc``), and whether the
 kernel runs under Triton's interpreter.
 Output: the module-level functions to print above the kernel (``math_helper_sources``;
-``PHILOX`` for ``rand``, whose bits the C++ kernels compute the same way).
+``PHILOX`` for ``rand``, whose bits the C++ kernels compute the same way; ``TORCH_OP``, the
+interpreter's stand-ins for libdevice and device asserts); the far path's loop over a block
+(``far_path_in_slices``).
 The Triton printer (codegen/triton.py) decides where each is called; this module is what
 they compute, and why. Chapter: book/docs/performance.md ("When arithmetic sets the pace").
 """
 
 from __future__ import annotations
+
+import re
 
 # [Note: our own sin and erf]
 # ``tl.sin``, ``tl.cos`` and ``tl.erf`` become libdevice's ``sinf``/``cosf``/``erff``: about
@@ -66,6 +70,34 @@ def round_fp32(v):
 @triton.jit
 def fma(a, b, c):
     return {fma}
+'''
+# Interpreter only ([Note: triton interpreter] in triton.py): ``imports`` prints these.
+TORCH_OP = '''
+
+def torch_op(name, *xs):
+    """Interpreter only: an op with no tl spelling, run by torch on the blocks' numpy data."""
+    import torch
+    from triton.runtime.interpreter import TensorHandle
+
+    data = getattr(torch, name)(*[torch.from_numpy(x.handle.data) for x in xs]).numpy()
+    dtype = xs[0].handle.dtype
+    kind = tl.core.block_type(xs[0].dtype, list(data.shape)) if data.shape else xs[0].dtype
+    return tl.core.tensor(TensorHandle(data, dtype), kind)
+
+
+def scalar(x):
+    """Interpreter only: a run-time int argument (a 1-element array there) as a Python int,
+    for ``range`` (the interpreter's own conversion fails on NumPy 2)."""
+    return int(x.handle.data.reshape(-1)[0])
+
+
+def check_index(ok, mask, value, message):
+    """Interpreter only: tl.device_assert is a no-op there, so raise as torch would."""
+    import numpy
+
+    bad = ~ok.handle.data if mask is None else ~ok.handle.data & mask.handle.data
+    if numpy.any(bad):
+        raise IndexError(message.format(numpy.broadcast_to(value.handle.data, bad.shape)[bad][0]))
 '''
 MAX_ABS_INTERP = '''
 
@@ -160,6 +192,40 @@ def erfc_narrow(x):
     e = tl.exp2(-p)  # 0 at inf, so gelu(-inf) is NaN, as eager's
     return tl.where(x < 0, 2.0 - e, e)
 '''
+
+
+# [Note: the far path in slices]
+# A flat kernel's far path (``far_sin_check``) inlines libdevice's sinf or cosf, each with
+# its Payne-Hanek reduction, once for every element a thread holds. bfloat16 sin(x) +
+# cos(y) runs 512 elements on one warp, 16 a thread: 32 copies of libdevice, 5839 lines of
+# PTX, and compiling it took 0.53 s of Triton's stages on our CPU against 0.15 s without
+# the far path; on the H200 its first call was 0.68 s, torch.compile's 0.62 s. The path is
+# taken only by blocks holding an argument beyond 2**16, where speed hardly matters: so it
+# walks the block in slices of ``FAR_SLICE`` elements, a loop Triton does not unroll,
+# one element a thread on one warp, and libdevice is inlined once per call site. An even
+# kernel's block sizes are all multiples of the slice (``even_blocks`` needs 2048 | numel
+# and every config has XBLOCK >= 256); others mask the slice to the block and to numel.
+# Triton's compiler wants each name a loop assigns to keep its shape, so the slice's values
+# get names of their own (``tmp0_far``) and a constant is made in the slice's shape; the
+# interpreter forgives the first, so a test prints these kernels for the GPU on the CPU
+# and compiles them for sm_90 (test_math_helpers.py).
+FAR_SLICE = 32
+
+
+def far_path_in_slices(lines: list[str], even: bool, block_shape: str) -> list[str]:
+    """The far path's loop over the block ([Note: the far path in slices]): ``lines`` are
+    the kernel's index lines and body, written for the whole block; ``even``: no block has
+    a tail to mask; ``block_shape``: how the body spells the block's shape."""
+    mask = [] if even else ["xmask = (xslice < XBLOCK) & (xindex < xnumel)"]
+    loop = [f"xslice = xstart + tl.arange(0, {FAR_SLICE})", "xindex = xoffset + xslice",
+            *mask, *lines]
+    # a value a loop assigns must keep its shape across it: the slice's own names
+    names = {m[1] for line in loop if (m := re.match(r"\s*(\w+) = ", line))} - {"xslice"}
+    pattern = re.compile(r"\b(" + "|".join(map(re.escape, sorted(names))) + r")\b")
+    # and a value the same for every element (``tl.full([XBLOCK], 3.0, ...)``) the slice's
+    loop = [pattern.sub(r"\1_far", line).replace(block_shape, f"[{FAR_SLICE}]")
+            for line in loop]
+    return [f"    for xstart in range(0, XBLOCK, {FAR_SLICE}):", *("        " + ln for ln in loop)]
 
 
 def math_helper_sources(helper: str, interpreter: bool) -> dict[str, str]:
