@@ -15,6 +15,7 @@ It is also where values are realized into buffers; see [Note: realize].
 
 from __future__ import annotations
 
+import functools
 import operator
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -43,6 +44,7 @@ from inductor.ir import (
     ScatterBuffer,
     SizeArg,
     as_view,
+    elements_per,
     index_vars,
     padded_rows_layout,
     sympify_all,
@@ -161,10 +163,10 @@ def has_aligned_rows(buffer: Buffer, align_bytes: int = 16) -> bool:
     """Whether every stride of ``buffer`` but the last is a multiple of ``align_bytes`` (a
     dim of size 1 may have any). An argument in ``ALIGNED_ARGS`` that is already in memory,
     a graph input or a value stored for another reader, is copied into padded rows when it
-    is not: BEiT's relative-position bias reached attention as a (1, 12, 17, 17) input of its
-    graph, strides (3468, 289, 17, 1), and the kernel raised where eager, which pads, ran
-    ([Note: a library call's strides] in ir.py)."""
-    per_row = max(1, align_bytes // torch.empty((), dtype=buffer.get_dtype()).element_size())
+    is not ([Note: a library call's strides] in ir.py): memory-efficient attention raises on
+    such a mask (BEiT's on the H200, strides (.., 289, 17, 1)), where eager, which pads, runs.
+    BEiT's own mask did not come this way; what handed it over unaligned is not known."""
+    per_row = elements_per(align_bytes, buffer.get_dtype())
     layout = buffer.layout
     try:
         return all(int(n) == 1 or int(s) % per_row == 0
@@ -496,12 +498,13 @@ class GraphLowering(torch.fx.Interpreter):
         """Where the kernels run: the first input's device; for a graph without tensor
         inputs, its factories' ([Note: a graph without inputs] in compile_fx.py)."""
         tensors = [t for t in self.example_inputs if isinstance(t, torch.Tensor)]
-        if tensors:
-            return tensors[0].device
-        if "_factory_device" not in self.__dict__:
-            from inductor.compile_fx import factory_device
-            self.__dict__["_factory_device"] = factory_device(self.module)
-        return self.__dict__["_factory_device"]
+        return tensors[0].device if tensors else self.factory_device
+
+    @functools.cached_property
+    def factory_device(self) -> torch.device:
+        from inductor.compile_fx import factory_device  # (compile_fx imports this module)
+
+        return factory_device(self.module)
 
     def output(self, target: str, args: Any, kwargs: Any) -> Any:
         outs = args[0] if isinstance(args[0], (list, tuple)) else [args[0]]

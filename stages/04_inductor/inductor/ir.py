@@ -406,6 +406,11 @@ def as_view(value: IRNode, buffers: dict[str, Buffer]) -> ReinterpretView | None
 # --8<-- [end:as-view]
 
 
+def elements_per(align_bytes: int, dtype: torch.dtype) -> int:
+    """How many elements of ``dtype`` fill ``align_bytes`` (at least one)."""
+    return max(1, align_bytes // torch.empty((), dtype=dtype).element_size())
+
+
 def padded_rows_layout(value: IRNode, align_bytes: int = 16) -> FixedLayout:
     """Row-major strides for ``value`` with its rows (last dim) padded to a multiple of
     ``align_bytes``: every stride but the last is then a multiple of it.
@@ -421,7 +426,7 @@ def padded_rows_layout(value: IRNode, align_bytes: int = 16) -> FixedLayout:
     strides (120, 40, 8, 1).
     """
     size = [sympy.sympify(s) for s in value.get_size()]
-    per_row = max(1, align_bytes // torch.empty((), dtype=value.get_dtype()).element_size())
+    per_row = elements_per(align_bytes, value.get_dtype())
     stride, strides = sympy.Integer(1), []
     for i, n in enumerate(reversed(size)):
         strides.append(stride)
