@@ -209,10 +209,14 @@ class InstructionTranslatorBase(ContainerOps):
 
     # -- mutation (see [Note: immutable trackers]) ------------------------------------
     def replace_all(self, old: VariableTracker, new: VariableTracker) -> None:
-        """Swap every version of ``old``'s object for ``new``, in every frame being traced."""
+        """Swap every version of ``old``'s object for ``new``, in every frame being traced.
+        A tracker without a ``mutable_local`` token (a tensor the frame computed) is its
+        object's only version: it is swapped where it is found itself."""
         token = old.mutable_local
 
         def swap(value: VariableTracker) -> VariableTracker:
+            if token is None:
+                return new if value is old else value
             return new if value.mutable_local is token else value
 
         tx: InstructionTranslatorBase | None = self

@@ -113,6 +113,8 @@ class TensorVariable(VariableTracker):
             written = _masked_write(tx, self, *args)  # [Note: a masked write with a gradient]
             if written is not None:
                 return written
+        if name in _SHAPE_IN_PLACE and self.source is None:
+            return _reshaped_in_place(tx, self, _SHAPE_IN_PLACE[name], args, kwargs)
         if name == "get_device" and not args and not kwargs:
             return ConstantVariable(-1 if self.device.type == "cpu" else self.device.index)
         if name in _SIZE_METHODS and any(_holds_tensor(a) for a in [*args, *kwargs.values()]):
@@ -141,6 +143,33 @@ class TensorVariable(VariableTracker):
     def __repr__(self) -> str:
         shape = tuple(self.example.shape)
         return f"TensorVariable({self.proxy.node.name}, {self.example.dtype}, {shape})"
+
+
+# --8<-- [start:shape-in-place]
+# [Note: a shape changed in place]
+# ``context.unsqueeze_(2)`` (BigBird's attention, five times a layer) changes a tensor's shape,
+# not its values: afterwards the same Python object is a view of its old self, and every
+# name bound to it sees the new shape. In a graph that is an in-place op whose result has
+# another shape than the tensor it writes, which a functional graph cannot express
+# (aotautograd's functionalization refused it, and the whole frame ran eagerly). For a tensor
+# the frame computed, dynamo knows every reference to it: the stack, the locals of each frame
+# being traced, the containers and attributes that hold its tracker. So the op is recorded as
+# its out-of-place view (``unsqueeze``), and that view's tracker takes the old one's place
+# everywhere (``replace_all``), which is what the object itself does in eager. Views made
+# before keep their own shapes and still share the storage, as in eager. A graph input's
+# shape belongs to the caller, who would have to see it change after the call: that stays
+# an in-place op in the graph, and aotautograd still refuses it.
+_SHAPE_IN_PLACE = {"unsqueeze_": "unsqueeze", "squeeze_": "squeeze", "transpose_": "transpose",
+                   "t_": "t", "swapdims_": "swapdims", "swapaxes_": "swapaxes"}
+
+
+def _reshaped_in_place(tx: InstructionTranslator, tensor: TensorVariable, view: str,
+                       args: list[VariableTracker], kwargs: dict[str, VariableTracker],
+                       ) -> VariableTracker:
+    new = tx.output.create_op("call_method", view, [tensor, *args], kwargs)
+    tx.replace_all(tensor, new)
+    return new
+# --8<-- [end:shape-in-place]
 
 
 # --8<-- [start:value-bounds]
