@@ -40,7 +40,7 @@ from inductor.codegen.wrapper import WrapperCodeGen, fallback_wrapper_source
 from inductor.constant_folding import fold_constants
 from inductor.cudagraphs import CudaGraphRunner, wants_cudagraphs
 from inductor.exc import CompileError
-from inductor.graph import GraphLowering
+from inductor.graph import GraphLowering, align_library_args
 from inductor.inplace import inplace_writes
 from inductor.ir import Buffer, ComputedBuffer
 from inductor.launcher import Launcher, precompile
@@ -147,7 +147,8 @@ def compile_fx_inner(prims_gm: torch.fx.GraphModule, example_inputs: list[Any], 
     if target == "fallback":
         source = fallback_wrapper_source(len(example_inputs))
         artifacts["wrapper"] = source
-        scope = exec_python_source(source, "wrapper", "call", {"prims_graph": prims_gm})
+        scope = exec_python_source(source, "wrapper", "call",
+                                   {"prims_graph": align_library_args(prims_gm)})
         return CompiledGraph(scope["call"], artifacts, 0)
     devices = {t.device.type for t in example_inputs if isinstance(t, torch.Tensor)}
     if target == "cpp" and devices - {"cpu"}:

@@ -164,8 +164,8 @@ def has_aligned_rows(buffer: Buffer, align_bytes: int = 16) -> bool:
     dim of size 1 may have any). An argument in ``ALIGNED_ARGS`` that is already in memory,
     a graph input or a value stored for another reader, is copied into padded rows when it
     is not ([Note: a library call's strides] in ir.py): memory-efficient attention raises on
-    such a mask (BEiT's on the H200, strides (.., 289, 17, 1)), where eager, which pads, runs.
-    BEiT's own mask did not come this way; what handed it over unaligned is not known."""
+    such a mask, where eager, which pads, runs. (BEiT's, strides (.., 289, 17, 1) on the
+    H200, came by the op-by-op path: [Note: a library call's strides, op by op].)"""
     per_row = elements_per(align_bytes, buffer.get_dtype())
     layout = buffer.layout
     try:
@@ -173,6 +173,47 @@ def has_aligned_rows(buffer: Buffer, align_bytes: int = 16) -> bool:
                    for n, s in zip(layout.size[:-1], layout.stride[:-1]))
     except TypeError:  # symbolic sizes or strides: copy, to be safe
         return False
+
+
+# --8<-- [start:aligned-op-by-op]
+def with_aligned_rows(t: torch.Tensor, align_bytes: int = 16) -> torch.Tensor:
+    """``t`` itself when every stride but the last is a multiple of ``align_bytes`` (a dim of
+    size 1 may have any), else a copy of it in padded rows: a view of a padded buffer, as
+    eager's ATen makes one. For the op-by-op path, where each prim returns a row-major tensor
+    ([Note: a library call's strides, op by op])."""
+    per_row = elements_per(align_bytes, t.dtype)
+    if all(n == 1 or s % per_row == 0 for n, s in zip(t.shape[:-1], t.stride()[:-1])):
+        return t
+    last = t.shape[-1]
+    padded = t.new_empty(*t.shape[:-1], -(-last // per_row) * per_row)[..., :last]
+    return padded.copy_(t)
+
+
+def align_library_args(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """Route each ``ALIGNED_ARGS`` argument of ``gm`` through ``with_aligned_rows``.
+
+    [Note: a library call's strides, op by op]
+    The fallback target runs the prims graph as it is, and a prim's eager kernel returns a
+    fresh row-major tensor: ``slice`` copies. ATen's own attention pads a (17, 17) mask to
+    (17, 24) and slices it back, a view with rows of 24; traced, that is ``cat`` with zeros
+    and then ``slice``, which op by op hands memory-efficient attention a (2, 4, 17, 17)
+    mask of strides (1156, 289, 17, 1). The kernel refused it on the H200 (BEiT, whose
+    relative-position index is a CPU tensor, which sends its graph down this path), so here
+    each such argument is checked at run time and copied into padded rows when it needs to."""
+    changed = False
+    for node in list(gm.graph.nodes):
+        position = ALIGNED_ARGS.get(node.target)
+        if position is None or position >= len(node.args) \
+                or not isinstance(node.args[position], torch.fx.Node):
+            continue
+        with gm.graph.inserting_before(node):
+            aligned = gm.graph.call_function(with_aligned_rows, (node.args[position],))
+        node.update_arg(position, aligned)
+        changed = True
+    if changed:
+        gm.recompile()
+    return gm
+# --8<-- [end:aligned-op-by-op]
 
 
 # --8<-- [start:depthwise-channels-last]

@@ -49,6 +49,26 @@ def test_computed_argument_gets_padded_rows(monkeypatch, target, dtype, row):
     torch.testing.assert_close(got[3], want[3])
 
 
+@pytest.mark.parametrize("dtype,row", [(torch.float32, 8), (torch.float64, 6)])
+def test_op_by_op_path_hands_over_padded_rows(monkeypatch, dtype, row):
+    """[Note: a library call's strides, op by op]: ATen's pad-and-slice of a mask, traced,
+    is a ``cat`` and a copying ``slice`` on the fallback target."""
+    op = torch.ops.minipt2_test.strides_and_sum.default
+    monkeypatch.setitem(graph_module.ALIGNED_ARGS, op, 0)
+    a = torch.randn(2, 3, 5, dtype=dtype)
+
+    def fn(a):
+        padded = torch.cat([a * 2, torch.zeros(2, 3, 3, dtype=a.dtype)], -1)
+        return torch.ops.minipt2_test.strides_and_sum(padded[..., :5])
+
+    got = driver.compile(fn, options={"target": "fallback"})(a)
+    want = fn(a)
+    assert got[:3].tolist() == [3 * row, row, 1]
+    torch.testing.assert_close(got[3], want[3])
+    aligned = torch.randn(2, 3, 8, dtype=dtype)[..., :5]
+    assert graph_module.with_aligned_rows(aligned) is aligned  # already aligned: itself
+
+
 def test_attention_mask_is_an_aligned_argument():
     names = {str(op) for op in graph_module.ALIGNED_ARGS}
     assert "aten._scaled_dot_product_efficient_attention.default" in names
