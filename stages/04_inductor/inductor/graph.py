@@ -38,6 +38,7 @@ from inductor.ir import (
     InputBuffer,
     IRNode,
     Layout,
+    Loops,
     Pointwise,
     Reduction,
     Scatter,
@@ -488,8 +489,7 @@ class GraphLowering(torch.fx.Interpreter):
         """A value computed on another device than the graph's kernels run on: a 0-dim CPU
         tensor in a CUDA graph (``y[mask] = 0.0`` makes one, and its backward another). A
         Triton kernel cannot write CPU memory: such a value is a library call."""
-        device = getattr(value, "device", None) if isinstance(value, (Pointwise, Reduction)) \
-            else None
+        device = value.device if isinstance(value, Loops) else None  # Scatter's too
         return device is not None and device.type != self.device().type
 
     def fallback(self, target: Any, args: Any, kwargs: Any) -> Any:

@@ -321,3 +321,22 @@ def test_a_graph_without_inputs_runs_where_its_factories_put_their_tensors():
     assert cfx_module.default_target([], cpu) == "cpp"
     assert cfx_module.default_target([torch.zeros(2)], gpu) == "cpp"  # inputs decide
     assert GraphLowering(gpu, []).device() == torch.device("cuda", 0)
+
+
+def test_a_loop_on_another_device_is_a_library_call_whatever_its_kind():
+    """``on_other_device``: a CPU scatter in a GPU graph (BEiT builds its relative-position
+    index on the CPU with ``select_scatter``) must not become a Triton kernel, which would
+    send the whole graph op by op; a pointwise loop on the CPU already was a library call."""
+    from inductor.graph import GraphLowering
+    from inductor.ir import Pointwise, Scatter
+
+    g = torch.fx.Graph()
+    g.output(())
+    graph = GraphLowering(torch.fx.GraphModule(torch.nn.Module(), g),
+                          [torch.empty(2, device="meta")])  # kernels "run" on meta
+    cpu = torch.device("cpu")
+    pointwise = Pointwise(cpu, torch.int64, lambda index: None, [4])
+    scatter = Scatter(cpu, torch.int64, pointwise, lambda index: None, [4])
+    assert graph.on_other_device(pointwise) and graph.on_other_device(scatter)
+    on_meta = Scatter(torch.device("meta"), torch.int64, pointwise, lambda index: None, [4])
+    assert not graph.on_other_device(on_meta)
