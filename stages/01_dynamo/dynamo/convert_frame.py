@@ -251,7 +251,7 @@ def convert_frame(frame: Frame, backend: Callable[..., Any], allow_breaks: bool 
     if clash:
         unimplemented(f"a parameter named {sorted(clash)[0]!r} shadows a name guards use")
     planned = None
-    while True:  # at most twice: [Note: a break inside a callee is traced again]
+    while True:  # [Note: a break inside a callee is traced again], [Note: a tensor made a leaf]
         output = OutputGraph(frame.code.co_name)
         output.root_globals = frame.f_globals
         output.dynamic = dynamic
@@ -260,12 +260,20 @@ def convert_frame(frame: Frame, backend: Callable[..., Any], allow_breaks: bool 
                                        frame.arguments, output, allow_breaks, planned)
         try:
             return_value = tracer.run()
-            break
         except Retrace as again:
             planned = again
-    bp = tracer.break_point
-    values = [*bp.stack, *bp.live.values()] if bp else [return_value]
-    values += output.side_effects.values()
+            continue
+        bp = tracer.break_point
+        values = [*bp.stack, *bp.live.values()] if bp else [return_value]
+        values += output.side_effects.values()
+        escaped = output.escaping_leaf(values)  # [Note: a tensor made a leaf]
+        if escaped is None:
+            break
+        reason, planned_break = escaped
+        if planned_break is None or planned is not None:
+            unimplemented(f"{reason}, and the frame cannot break where it was made",
+                          tracer.location())
+        planned = planned_break
     try:
         for value in values:
             if not reconstructable(value):

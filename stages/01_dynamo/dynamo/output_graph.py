@@ -44,6 +44,9 @@ class OutputGraph:
         self.side_effects = SideEffects()
         self.wrap_cache: dict[str, VariableTracker] = {}  # source -> its tracker
         self.root_globals: dict[str, Any] | None = None
+        # node of a tensor made a leaf -> the break that keeps it out of the graph, should it
+        # escape the frame ([Note: a tensor made a leaf])
+        self.new_leaves: dict[torch.fx.Node, Any] = {}
         self.autocast_modes: list[Any] = []  # entered for real while tracing, innermost last
         # dynamic shapes (book/docs/dynamic-shapes.md): the symbols of this trace, the
         # ``dynamic=`` setting, and the sizes earlier compiles of this code saw
@@ -113,6 +116,21 @@ class OutputGraph:
         for node in reversed(nodes[start:]):
             if node.op != "placeholder":
                 self.graph.erase_node(node)
+
+    def escaping_leaf(self, values: list[VariableTracker]) -> tuple[str, Any] | None:
+        """(why, the planned break or None) if a tensor made a leaf in the graph would leave
+        it among ``values`` ([Note: a tensor made a leaf]); None if none would."""
+        if not self.new_leaves:
+            return None
+        nodes: dict[torch.fx.Node, None] = {}
+        seen: set[int] = set()
+        for value in values:
+            _collect_outputs(value, nodes, seen)
+        for node in nodes:
+            if node in self.new_leaves:
+                return "a tensor made a leaf (.requires_grad = True) leaves the frame", \
+                    self.new_leaves[node]
+        return None
 
     def compile_subgraph(
         self, values: list[VariableTracker],

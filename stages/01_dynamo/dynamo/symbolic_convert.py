@@ -227,6 +227,19 @@ class InstructionTranslatorBase(ContainerOps):
         self.output.side_effects.apply(lambda v: transform(v, swap))
         self.output.side_effects.track_mutation(new)
 
+    def break_at_root_step(self, reason: str) -> Retrace | None:
+        """A break at the root frame's current step (the call that led here, inside a callee),
+        to trace again with should the trace's end find it needed; None where the root frame
+        could not break there."""
+        root = self
+        while root.parent is not None:
+            root = root.parent
+        inst = root.current_inst
+        if not getattr(root, "allow_breaks", False) or inst is None \
+                or inst.opname not in RESUMABLE or root._cannot_resume(inst):
+            return None
+        return Retrace(inst.offset, root.visits[inst.offset], reason)
+
     def store_attr(self, obj: VariableTracker, name: str, value: VariableTracker) -> None:
         store = getattr(obj, "store_attr", None)
         if store is None:

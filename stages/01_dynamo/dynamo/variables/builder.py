@@ -320,6 +320,8 @@ def wrap_static(value: Any, strict: bool = True) -> VariableTracker | None:
         if _is_torch(value) or value.__module__ == "builtins":
             return TypeVariable(value)
         return UserDefinedClassVariable(value)
+    if is_type_hint(value):  # [Note: type hints are constants]
+        return KnownObjectVariable(value)
     if isinstance(getattr(value, "_opoverload", None), torch._ops.OpOverload):
         # a ``torch.library.custom_op`` called by its Python name: the op it registered
         return TorchFunctionVariable(value._opoverload)
@@ -333,6 +335,23 @@ def wrap_static(value: Any, strict: bool = True) -> VariableTracker | None:
     if strict:
         unimplemented(f"a {type(value).__qualname__} value")
     return None
+
+
+# --8<-- [start:type-hints]
+# [Note: type hints are constants]
+# ``def step(cache: list[Any]) -> dict[str, int]:`` nested in a forward builds its annotations
+# every time the ``def`` runs (unless the module has ``from __future__ import annotations``):
+# ``list[Any]`` is a ``types.GenericAlias``, ``Optional[int]`` and ``List[int]`` are objects of
+# the ``typing`` module, ``int | None`` a ``types.UnionType``. None of them was a value the
+# trace knew, so the ``def`` broke the graph. They are immutable descriptions of types, made
+# from other constants: they fold like constants (``KnownObjectVariable``), a global one is
+# guarded by identity like a class, and no graph node ever sees them. A class made with the
+# ``typing`` module's help (``typing.Any``, a ``NamedTuple``) is still a class, wrapped above.
+def is_type_hint(value: Any) -> bool:
+    """A subscripted generic, a union, a ``TypeVar``, a special form like ``Optional``."""
+    return isinstance(value, (types.GenericAlias, types.UnionType)) or \
+        type(value).__module__ == "typing"
+# --8<-- [end:type-hints]
 
 
 def _is_builtin(fn: Any) -> bool:

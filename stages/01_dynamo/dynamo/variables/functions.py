@@ -118,9 +118,13 @@ class UserFunctionVariable(VariableTracker):
         self, tx: InstructionTranslator, args: list[VariableTracker],
         kwargs: dict[str, VariableTracker],
     ) -> VariableTracker:
+        from ..polyfills import substitute
         from .builder import wrap_attribute
 
         fn = self.value
+        stand_in = substitute(fn, args, kwargs)  # [Note: polyfills]
+        if stand_in is not None:
+            return UserFunctionVariable(stand_in).call_function(tx, args, kwargs)
         defaults = tuple(
             wrap_attribute(tx, self, fn.__defaults__, i, path=f".__defaults__[{i}]")
             for i in range(len(fn.__defaults__ or ())))

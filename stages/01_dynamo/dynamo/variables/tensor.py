@@ -125,6 +125,12 @@ class TensorVariable(VariableTracker):
             unimplemented(f"Tensor.{name}() with a size that is a tensor's value")
         return tx.output.create_op("call_method", name, [self, *args], kwargs)
 
+    def store_attr(self, tx: InstructionTranslator, name: str, value: VariableTracker) -> None:
+        if name != "requires_grad" or type(_constant_or_none(value)) is not bool:
+            unimplemented(f"setting attribute .{name} on a tensor (only .requires_grad = "
+                          "True or False is supported)")
+        _set_requires_grad(tx, self, value.as_python_constant())
+
     def has_symbolic_dim(self, dim: int) -> bool:
         return self.example.ndim > dim and isinstance(self.example.shape[dim], torch.SymInt)
 
@@ -170,6 +176,52 @@ def _reshaped_in_place(tx: InstructionTranslator, tensor: TensorVariable, view: 
     tx.replace_all(tensor, new)
     return new
 # --8<-- [end:shape-in-place]
+
+
+# --8<-- [start:new-leaf]
+# [Note: a tensor made a leaf]
+# ``hidden_states = input_values[:, None]`` then ``hidden_states.requires_grad = True``: SEW's
+# and Wav2Vec2-Conformer's feature encoders do this in training (for gradient checkpointing),
+# and the attribute write broke the graph. Eager allows it only on a leaf (a tensor without a
+# ``grad_fn``, like SEW's, which does not require grad yet): the tensor becomes a leaf that
+# requires grad, whose ``.grad`` the backward fills, and autograd records what is computed
+# from it from then on. In the graph that is one
+# op, ``new_leaf``: the tensor detached (no gradient flows back past it, as in eager, where
+# none was recorded) and made to require grad, so aotautograd's trace records the ops after
+# it and their gradients reach the parameters they use. Only the gradient of the leaf itself
+# is lost: aotautograd takes gradients for the graph's inputs, not for a leaf born inside.
+# That is invisible as long as the tensor stays inside the frame. If it escapes (returned,
+# stored in an attribute or a global, or alive at a graph break), the caller would see a
+# tensor with a ``grad_fn`` and no ``.grad``; so then the frame is traced again with a graph
+# break at the write (at the call that leads to it, when it happens in a callee), as for
+# [Note: a break inside a callee is traced again]. Left as they were: a graph input (the
+# caller's tensor, whose flag the caller would have to see change), ``requires_grad =
+# False`` (a value the graph would have to stop recording), and a tensor autograd recorded
+# (eager raises). Not matched: a graph none of whose inputs and parameters requires grad is
+# compiled by aotautograd for inference, so its outputs do not require grad, where eager's do
+# through the new leaf (SEW sets the flag only while its encoder's weights train).
+def new_leaf(tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor.requires_grad = True`` as a graph op: a new leaf, cut from the tensor's past."""
+    return tensor.detach().requires_grad_(True)
+
+
+def _set_requires_grad(tx: InstructionTranslator, tensor: TensorVariable, flag: bool) -> None:
+    if flag == tensor.example.requires_grad and tensor.example.is_leaf:
+        return  # nothing changes (an input's flag was guarded)
+    if tensor.source is not None:
+        unimplemented("setting .requires_grad on a graph input (the caller's tensor)")
+    if not flag or not tensor.example.is_leaf:
+        unimplemented(f"setting .requires_grad = {flag} on a tensor that autograd recorded "
+                      "or that requires grad")
+    leaf = tx.output.create_op("call_function", new_leaf, [tensor], {})
+    tx.output.new_leaves[leaf.proxy.node] = tx.break_at_root_step(
+        "setting .requires_grad = True on a tensor that leaves the frame")
+    tx.replace_all(tensor, leaf)
+# --8<-- [end:new-leaf]
+
+
+def _constant_or_none(value: VariableTracker) -> Any:
+    return value.as_python_constant() if value.is_python_constant() else None
 
 
 # --8<-- [start:value-bounds]
