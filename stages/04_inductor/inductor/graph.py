@@ -495,22 +495,18 @@ class GraphLowering(torch.fx.Interpreter):
     def fallback(self, target: Any, args: Any, kwargs: Any) -> Any:
         """Run ``target`` as a library call on realized inputs: correct for any op."""
         args, kwargs = self.library_args(target, args, kwargs)
+        home = self.result_device(args, kwargs)
         val = self.current_node.meta.get("val") if self.current_node is not None else None
         if val is None or (not has_symbols(val) and takes_buffers(target, args, kwargs)):
             try:  # [Note: what a library call returns]
                 meta_args, meta_kwargs = to_meta(args), to_meta(kwargs)
-                val = on_device(target, target(*meta_args, **meta_kwargs), self.device(),
+                val = on_device(target, target(*meta_args, **meta_kwargs), home,
                                 meta_args, meta_kwargs)
                 val = convolution_result_layout(target, val, meta_args, self.device())
             except Exception:
                 if val is None:
                     raise
         many = isinstance(val, (list, tuple))
-        # Where the result lives, when its meta value cannot say: the op's own ``device``
-        # argument (``torch.rand([])`` in BART's layer drop makes a CPU tensor in a GPU graph,
-        # which a Triton kernel must not be handed), else the graph's device.
-        given = kwargs.get("device")
-        home = torch.device(given) if isinstance(given, (torch.device, str)) else self.device()
         # An op may return None in a slot (convolution_backward without the bias gradient),
         # or a number (cuDNN attention's max_q and max_k): no buffer for those.
         outputs = [
@@ -534,6 +530,27 @@ class GraphLowering(torch.fx.Interpreter):
                   sympify_size(v) if isinstance(v, torch.SymInt) else v
                   for o, v in zip(outputs, val if many else [val])]
         return values if many else values[0]
+
+    def result_device(self, args: Any, kwargs: Any) -> torch.device:
+        """Where a library call's result lives, which its meta value cannot say.
+
+        [Note: where a library call's result lives]
+        The op's own ``device`` argument, if it has one (``torch.rand([])`` in BART's layer
+        drop makes a CPU tensor in a GPU graph); else, as in eager, its tensors' device,
+        any other than the CPU before the CPU (a CPU scalar beside CUDA tensors gives a CUDA
+        result); else, for an op of numbers alone, the graph's device. The graph's device
+        alone was wrong for a chain of CPU ops in a GPU graph: BEiT builds its relative
+        position index from CPU ``arange``s, each op of the chain a library call (no Triton
+        kernel may touch host memory), but each result was labeled CUDA, so the next op's
+        loop looked like the graph's own and became a Triton kernel reading host memory;
+        the wrapper caught it and the whole graph ran op by op."""
+        given = kwargs.get("device")
+        if isinstance(given, (torch.device, str)):
+            return torch.device(given)
+        devices = [leaf.get_device() for leaf in torch.utils._pytree.tree_leaves((args, kwargs))
+                   if isinstance(leaf, (Buffer, Loops))]
+        return next((d for d in devices if d.type != "cpu"), devices[0] if devices
+                    else self.device())
 
     def device(self) -> torch.device:
         """Where the kernels run: the first input's device; for a graph without tensor

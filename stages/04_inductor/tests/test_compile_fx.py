@@ -340,3 +340,30 @@ def test_a_loop_on_another_device_is_a_library_call_whatever_its_kind():
     assert graph.on_other_device(pointwise) and graph.on_other_device(scatter)
     on_meta = Scatter(torch.device("meta"), torch.int64, pointwise, lambda index: None, [4])
     assert not graph.on_other_device(on_meta)
+
+
+def test_a_chain_of_cpu_ops_in_another_devices_graph_stays_on_the_cpu():
+    """[Note: where a library call's result lives]: each op of a CPU chain in a graph whose
+    kernels run elsewhere is a library call, and its result is labeled CPU, so the next op
+    is one too; labeled with the graph's device, the third op became a kernel of that
+    device reading host memory (BEiT's relative-position index on the H200)."""
+    from inductor.graph import GraphLowering
+    from inductor.ir import ComputedBuffer, ExternBuffer
+    from primtorch import prims
+
+    cpu = torch.device("cpu")
+    g = torch.fx.Graph()
+    x = g.placeholder("x")
+    index = g.call_function(prims.iota, (8,), {"start": 0, "step": 1, "dtype": torch.int64,
+                                                "device": cpu})
+    two = g.call_function(prims.full, ([8], 2), {"dtype": torch.int64, "device": cpu})
+    doubled = g.call_function(prims.mul, (index, two))
+    shifted = g.call_function(prims.add, (doubled, two))  # no device argument: by its inputs
+    g.output((shifted, g.call_function(prims.sin, (x,))))
+    graph = GraphLowering(torch.fx.GraphModule(torch.nn.Module(), g),
+                          [torch.empty(8, device="meta")])  # kernels "run" on meta
+    graph.run(torch.empty(8, device="meta"))
+    kernels = [op for op in graph.operations if isinstance(op, ComputedBuffer)]
+    assert kernels and all(op.layout.device.type == "meta" for op in kernels)
+    library = [b for b in graph.buffer_by_name.values() if isinstance(b, ExternBuffer)]
+    assert len(library) >= 3 and all(b.layout.device == cpu for b in library)
