@@ -152,7 +152,8 @@ COVERED_BY_HAND = {aten.pow.Scalar, aten.rsub.Scalar, aten._unsafe_view.default,
                    aten.bitwise_right_shift.Tensor_Scalar, aten._safe_softmax.default}
 # Decompositions of ops with no CPU kernel (cuDNN's batch norm): checked against the native
 # ops they equal, and against the real ops where CUDA runs ([Note: cuDNN's batch norm]).
-CUDA_ONLY = {aten.cudnn_batch_norm.default, aten.cudnn_batch_norm_backward.default}
+CUDA_ONLY = {aten.cudnn_batch_norm.default, aten.cudnn_batch_norm_backward.default,
+             aten.cudnn_grid_sampler.default, aten.cudnn_grid_sampler_backward.default}
 # (OpInfo, dtype) pairs whose samples expose a known gap: run by test_known_gaps, which
 # expects them to fail (strict xfail), and skipped by the main test.
 KNOWN_GAPS: dict[tuple[str, torch.dtype], str] = {}
@@ -386,6 +387,29 @@ def test_cudnn_batch_norm_decompositions(training):
         expected = aten.native_batch_norm_backward(grad, x, weight, *stats, mean, invstd, True,
                                                    1e-5, [True, True, True])
     assert_same(list(grads), list(expected), "gradients", tol=dict(rtol=1e-4, atol=1e-4))
+
+
+def test_cudnn_grid_sampler_decompositions():
+    """[Note: cuDNN's grid sampler]: ``F.grid_sample`` with the settings ATen hands to cuDNN
+    (bilinear, zeros, aligned corners), values and both gradients. On CPU against the
+    general sampler through autograd; on a GPU also against cuDNN's own op."""
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 5, 6, device=device, requires_grad=True)
+    grid = (torch.rand(2, 4, 7, 2, device=device) * 2.4 - 1.2).requires_grad_()  # some outside
+    want = torch.nn.functional.grid_sample(x, grid, "bilinear", "zeros", align_corners=True)
+    grad = torch.randn_like(want)
+    want_x, want_grid = torch.autograd.grad(want, (x, grid), grad)
+    got = decomposition_table[aten.cudnn_grid_sampler.default](x.detach(), grid.detach())
+    assert_same(got, want.detach(), "samples")
+    got_x, got_grid = decomposition_table[aten.cudnn_grid_sampler_backward.default](
+        x.detach(), grid.detach(), grad)
+    assert_same([got_x, got_grid], [want_x, want_grid], "gradients",
+                tol=dict(rtol=1e-4, atol=1e-4))
+    other = torch.nn.functional.grid_sample(x, grid, align_corners=False)
+    assert not torch.allclose(got, other)  # the corner convention is the one cuDNN uses
+    if device == "cuda":
+        assert_same(got, aten.cudnn_grid_sampler(x.detach(), grid.detach()), "cuDNN's")
 
 
 def test_hand_cases_cover_the_rest():

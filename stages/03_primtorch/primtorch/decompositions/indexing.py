@@ -161,3 +161,25 @@ def index(a: torch.Tensor, indices: Sequence[torch.Tensor | None]) -> torch.Tens
         order = list(range(k, k + front)) + list(range(k)) + list(range(k + front, out.dim()))
         out = prims.permute(out, order)
     return out
+
+
+# --8<-- [start:cudnn-grid-sampler]
+# [Note: cuDNN's grid sampler]
+# ``F.grid_sample`` is a composite: on a GPU, for 4-d bilinear sampling with zero padding and
+# ``align_corners=True`` (RAFT's optical flow samples its correlation pyramid so), ATen sends
+# it to ``cudnn_grid_sampler``, an op with no meta kernel, which cannot be traced: RAFT's
+# whole forward ran eagerly on the H200, where on the CPU it compiled. cuDNN's op is the
+# general one with those three settings fixed, so it becomes ``grid_sampler_2d`` (and its
+# backward ``grid_sampler_2d_backward``), library calls like the other samplers, which have
+# meta kernels. Only the kernel that computes the samples changes, not what they are.
+@register_decomposition(aten.cudnn_grid_sampler.default)
+def cudnn_grid_sampler(self: torch.Tensor, grid: torch.Tensor) -> torch.Tensor:
+    return aten.grid_sampler_2d.default(self, grid, 0, 0, True)  # bilinear, zeros, aligned
+
+
+@register_decomposition(aten.cudnn_grid_sampler_backward.default)
+def cudnn_grid_sampler_backward(self: torch.Tensor, grid: torch.Tensor,
+                                grad_output: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    return aten.grid_sampler_2d_backward.default(grad_output, self, grid, 0, 0, True,
+                                                 [True, True])
+# --8<-- [end:cudnn-grid-sampler]
