@@ -44,6 +44,11 @@ def unimplemented(reason: str, location: str | None = None) -> NoReturn:
     raise error
 
 
+class ReadsTensorData(Unsupported):
+    """An op that reads a tensor's value inside (a Scalar argument given as a 0-d tensor,
+    which eager turns into a number with ``.item()``): [Note: constant tensors]."""
+
+
 class UserErrorInTrace(Exception):
     """The user's own code raised while we executed it on meta tensors.
 

@@ -27,6 +27,7 @@ from .variables.functions import NestedUserFunctionVariable
 from .variables.iter import ListIteratorVariable, get_iter
 from .variables.lists import ListVariable, TupleVariable
 from .variables.sym_node import SliceVariable, SymNodeVariable
+from .variables.tensor import known_index_or_self
 
 if TYPE_CHECKING:
     from .symbolic_convert import InstructionTranslatorBase
@@ -119,6 +120,7 @@ class ContainerOps:
         self.push(getitem.call_function(self, [obj, self._slice(start, stop)], {}))
 
     def _slice(self, *parts: VariableTracker) -> VariableTracker:
+        parts = tuple(known_index_or_self(p) for p in parts)  # [Note: constant tensors]
         if any(isinstance(p, SymNodeVariable) for p in parts) and all(
                 p.is_python_constant() or isinstance(p, SymNodeVariable) for p in parts):
             return SliceVariable(tuple(parts))  # x[:, :n] with a symbolic n

@@ -18,6 +18,7 @@ from typing import Any
 import torch
 import torch.fx
 
+from .exc import ReadsTensorData
 from .guards import Guard, make_autocast_guard, make_grad_mode_guard
 from .shapes import ShapeEnv, SymTypes
 from .side_effects import SideEffects
@@ -25,7 +26,7 @@ from .utils import get_example_value
 from .variables.base import VariableTracker, children
 from .variables.builder import wrap_fx_proxy
 from .variables.functions import CellVariable
-from .variables.tensor import TensorVariable, value_bounds
+from .variables.tensor import TensorVariable, known_scalars, value_bounds, with_bounds
 
 
 class OutputGraph:
@@ -87,15 +88,23 @@ class OutputGraph:
         The example value is computed first, so an operation that fails (a
         user error, a missing meta kernel) never leaves a node behind.
         """
-        example, device = get_example_value(kind, target, args, kwargs)
+        try:
+            example, device = get_example_value(kind, target, args, kwargs)
+        except ReadsTensorData:
+            # ``torch.clamp(pos, 0, span * 2 - 1)``: a Scalar given as a 0-d tensor, whose
+            # ``.item()`` eager reads; when its value is known, that number is the argument
+            scalars = known_scalars(args, kwargs)  # [Note: constant tensors]
+            if scalars is None:
+                raise
+            args, kwargs = scalars
+            example, device = get_example_value(kind, target, args, kwargs)
         proxy_args = tuple(a.as_proxy() for a in args)
         proxy_kwargs = {k: v.as_proxy() for k, v in kwargs.items()}
         proxy = self.tracer.create_proxy(kind, target, proxy_args, proxy_kwargs)
         if self.location is not None:
             proxy.node.meta["stack_trace"] = self.location
         result = wrap_fx_proxy(self, proxy, example, device)
-        bounds = value_bounds(target, args, example)  # [Note: value bounds]
-        return result if bounds is None else result.clone(bounds=bounds)
+        return with_bounds(result, value_bounds(target, args, example))  # [Note: value bounds]
 
     def global_source(self, f_globals: dict[str, Any], name: str) -> str | None:
         """How guards and inputs name a global of ``f_globals`` (None: do not guard it)."""
@@ -122,6 +131,12 @@ class OutputGraph:
         it among ``values`` ([Note: a tensor made a leaf]); None if none would."""
         if not self.new_leaves:
             return None
+        if torch.is_grad_enabled() and not any(
+                isinstance(t, torch.Tensor) and t.requires_grad for t in self.example_inputs):
+            # no input needs a gradient, so aotautograd compiles the graph for inference and
+            # what the leaf computes would come out not requiring grad, unlike eager's
+            return "a tensor made a leaf in a graph none of whose inputs requires grad", \
+                next(iter(self.new_leaves.values()))
         nodes: dict[torch.fx.Node, None] = {}
         seen: set[int] = set()
         for value in values:

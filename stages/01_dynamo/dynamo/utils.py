@@ -21,7 +21,7 @@ from torch.utils._pytree import tree_leaves, tree_map, tree_map_only
 
 from . import config
 from .composites import SymbolicComposites
-from .exc import UserErrorInTrace, unimplemented
+from .exc import ReadsTensorData, UserErrorInTrace, unimplemented
 from .guards import GUARD_GLOBALS
 from .sym_node import concrete, find_env, specialize_all
 from .variables.base import VariableTracker
@@ -54,6 +54,8 @@ def get_example_value(
             if not symbolic:
                 raise
             result = _run_specialized(kind, target, ex_args, ex_kwargs)
+        if autocast:
+            autocast.pass_on_writes()
         return (tree_map_only(DeviceMeta, DeviceMeta.unwrap, result) if autocast else result,
                 device)
     except NotImplementedError as e:
@@ -63,8 +65,9 @@ def get_example_value(
         unimplemented(f"{name}() has no meta kernel, so its result cannot be predicted ({e})")
     except Exception as e:
         if "on meta tensors" in str(e):  # e.g. F.gaussian_nll_loss asks bool(any(var < 0))
-            unimplemented(f"{name}() reads the values of a tensor inside, which a graph does "
-                          f"not have at trace time [Note: data-dependent] ({e})")
+            raise ReadsTensorData(f"{name}() reads the values of a tensor inside, which a graph "
+                                  f"does not have at trace time [Note: data-dependent] ({e})"
+                                  ) from e
         raise UserErrorInTrace(e) from e
 
 
@@ -97,6 +100,7 @@ def _run_specialized(kind: str, target: Any, args: list, kwargs: dict) -> Any:
 
     concrete_args, concrete_kwargs = tree_map(on_hints, (args, kwargs))
     result = _run(kind, target, concrete_args, concrete_kwargs, False)
+    _pass_on_writes((args, kwargs), (concrete_args, concrete_kwargs))
     specialize_all((args, kwargs))
     return result
 
@@ -192,10 +196,31 @@ class _AutocastFaker:
 
     def __init__(self, devices: dict[int, torch.device]) -> None:
         self.devices = devices
+        self.made: list[DeviceMeta] = []
 
     def fake(self, meta: torch.Tensor) -> torch.Tensor:
         device = self.devices.get(id(meta))
-        return meta if device is None else DeviceMeta(meta, device)
+        if device is None:
+            return meta
+        self.made.append(DeviceMeta(meta, device))
+        return self.made[-1]
+
+    def pass_on_writes(self) -> None:
+        """An in-place op bumped the wrapper's version counter, not the meta tensor's inside
+        (the dispatcher counts versions above ``__torch_dispatch__``): pass it on."""
+        _pass_on_writes([w.meta for w in self.made], self.made)
+
+
+def _pass_on_writes(examples: Any, stand_ins: Any) -> None:
+    """Bump the version counter of each example whose stand-in (the same leaf of a copy of
+    the structure) an in-place op wrote: [Note: value bounds] sees writes by it."""
+    for example, stand_in in zip(tree_leaves(examples), tree_leaves(stand_ins)):
+        if isinstance(example, torch.Tensor) and stand_in is not example:
+            try:
+                if stand_in._version:
+                    torch.autograd.graph.increment_version(example)
+            except RuntimeError:
+                pass  # inference tensors count no versions (and carry no bounds)
 
 
 def _autocast_devices(args: list[VariableTracker], kwargs: dict[str, VariableTracker]

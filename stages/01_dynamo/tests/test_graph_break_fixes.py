@@ -65,6 +65,25 @@ def test_a_new_leaf_that_escapes_breaks_the_graph(backend):
     assert backend.calls == 2
 
 
+@pytest.mark.parametrize("target", ["aot_eager", "inductor"])
+def test_a_new_leaf_in_a_graph_that_wants_no_gradient_breaks(target):
+    """With no input requiring grad the graph is compiled for inference, whose outputs do
+    not require grad: the write runs in Python instead, and the rest sees a leaf."""
+    import driver
+
+    def f(x):
+        h = x[:, None]
+        h.requires_grad = True
+        return (h * 2).sum()
+
+    x = torch.randn(4)
+    want = f(x)
+    got = driver.compile(f, backend=target)(x)
+    assert got.requires_grad == want.requires_grad is True
+    torch.testing.assert_close(got, want)
+    got.backward()  # as eager allows
+
+
 def test_requires_grad_false_and_inputs_still_break(backend):
     def f(x):
         y = x + 1

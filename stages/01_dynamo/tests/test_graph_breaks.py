@@ -414,24 +414,25 @@ def test_a_size_read_from_a_tensor_breaks_the_graph_there(backend):
     assert any("a size that is a tensor's value" in str(b) for b in report.breaks)
 
 
-def _relative_slice(q, emb):
-    span = torch.tensor(min(q.size(-2), 32))  # DeBERTa-v1's disentangled attention
-    rel = emb[32 - span: 32 + span, :].unsqueeze(0)
+def _relative_slice(q, emb, span):
+    rel = emb[32 - span: 32 + span, :].unsqueeze(0)  # DeBERTa-v1's disentangled attention
     return torch.matmul(q, rel.transpose(-1, -2))
 
 
 def test_slice_bounds_that_are_tensors_break_the_graph_there(backend, no_fallback):
     """[Note: slice bounds that are tensors]: a graph break at the slice, not an eager
     frame; the resumed frame is guarded on the slice's numbers, so another span recompiles;
-    gradients flow through both graphs."""
+    gradients flow through both graphs. The span is an input, whose value the trace does not
+    know (DeBERTa's own ``torch.tensor(c)`` is known: [Note: constant tensors])."""
     q = torch.randn(2, 16, 8, requires_grad=True)
     emb = torch.randn(64, 8, requires_grad=True)
+    span = torch.tensor(16)
     opt = dynamo.optimize(backend)(_relative_slice)
-    got, want = opt(q, emb), _relative_slice(q, emb)
+    got, want = opt(q, emb, span), _relative_slice(q, emb, span)
     torch.testing.assert_close(got, want)
     assert backend.calls == 2
     (grad,) = torch.autograd.grad(got.sum(), emb)
     (grad_want,) = torch.autograd.grad(want.sum(), emb)
     torch.testing.assert_close(grad, grad_want)
-    short = torch.randn(2, 8, 8)
-    torch.testing.assert_close(opt(short, emb), _relative_slice(short, emb))
+    short, span = torch.randn(2, 8, 8), torch.tensor(8)
+    torch.testing.assert_close(opt(short, emb, span), _relative_slice(short, emb, span))

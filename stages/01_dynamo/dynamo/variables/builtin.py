@@ -32,7 +32,7 @@ from .functions import FunctoolsPartialVariable
 from .iter import ITERATOR_BUILTINS, get_iter
 from .lists import BaseListVariable, ListVariable, TupleVariable, contains
 from .sym_node import is_sym
-from .tensor import TensorVariable
+from .tensor import TensorVariable, known_index_or_self
 
 if TYPE_CHECKING:
     from ..symbolic_convert import InstructionTranslatorBase as InstructionTranslator
@@ -56,6 +56,10 @@ _TENSOR_CALLABLES = frozenset({
     )),
     operator.and_, operator.or_, operator.iand, operator.ior,
 })
+
+# Builtins that ask a tensor for a number (``__index__``, ``__int__``), which a 0-d integer
+# tensor of known value answers at trace time.
+_INDEX_BUILTINS = frozenset({int, float, operator.index, range})
 
 
 def has_special_case(fn: Any) -> bool:
@@ -93,6 +97,8 @@ class BuiltinVariable(VariableTracker):
         kwargs: dict[str, VariableTracker],
     ) -> VariableTracker:
         fn = self.value
+        if fn in _INDEX_BUILTINS:  # ``range(t)`` of a known ``t``: [Note: constant tensors]
+            args = [known_index_or_self(a) for a in args]
         if any(is_sym(a) for a in [*args, *kwargs.values()]):
             result = _sym_call(tx, fn, args, kwargs)
             if result is not None:

@@ -51,6 +51,8 @@ _DATA_DEPENDENT_METHODS = frozenset({
     "item", "tolist", "numpy", "data_ptr", "untyped_storage", "storage", "backward",
     "register_hook", "__bool__", "__int__", "__float__", "__index__",
 })
+# Of those, the ones a 0-d tensor of known value answers at trace time: [Note: constant tensors]
+_KNOWN_NUMBER_METHODS = frozenset({"item", "tolist", "__int__", "__index__"})
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -61,6 +63,8 @@ class TensorVariable(VariableTracker):
     cls: type = torch.Tensor  # torch.nn.Parameter for parameters
     # every element lies in [low, high], when an op promises it: [Note: value bounds]
     bounds: tuple[float, float] | None = None
+    # the example's version counter when ``bounds`` were set: a write since makes them stale
+    bounds_version: int = 0
 
     def python_type(self) -> type:
         return self.cls
@@ -68,10 +72,32 @@ class TensorVariable(VariableTracker):
     def truth(self, tx: InstructionTranslator) -> bool:
         """``if t:`` on a one-element tensor whose value is known (a comparison decided by
         its operand's bounds); any other tensor's truth needs its data (a break)."""
-        if self.bounds is not None and self.bounds[0] == self.bounds[1] \
+        bounds = self.known_bounds()
+        if bounds is not None and bounds[0] == bounds[1] \
                 and isinstance(self.example.numel(), int) and self.example.numel() == 1:
-            return bool(self.bounds[0])
+            return bool(bounds[0])
         return super().truth(tx)
+
+    def known_bounds(self) -> tuple[float, float] | None:
+        """``bounds``, unless the tensor was written in place since they were set (through
+        itself or any view: they share the example's version counter) [Note: value bounds]."""
+        if self.bounds is None or _version(self.example) != self.bounds_version:
+            return None
+        return self.bounds
+
+    def known_number(self) -> int | float | None:
+        """The value of a 0-d tensor whose value is known: [Note: constant tensors]."""
+        bounds = self.known_bounds()
+        if bounds is None or bounds[0] != bounds[1] or self.example.ndim != 0:
+            return None
+        return bounds[0]
+
+    def known_index(self) -> int | None:
+        """The value of a 0-d integer tensor whose value is known, which is what
+        ``operator.index`` of it gives in eager: [Note: constant tensors]."""
+        if not _is_integer(self.example.dtype):
+            return None
+        return self.known_number()
 
     def as_proxy(self) -> Any:
         return self.proxy
@@ -102,6 +128,11 @@ class TensorVariable(VariableTracker):
         self, tx: InstructionTranslator, name: str, args: list[VariableTracker],
         kwargs: dict[str, VariableTracker],
     ) -> VariableTracker:
+        if name in _KNOWN_NUMBER_METHODS and not args and not kwargs:
+            value = (self.known_number() if name in ("item", "tolist")
+                     else self.known_index())  # [Note: constant tensors]
+            if value is not None:
+                return ConstantVariable(value)
         if name in _DATA_DEPENDENT_METHODS:
             unimplemented(
                 f"Tensor.{name}() needs the tensor's data, which a graph does not have "
@@ -197,9 +228,10 @@ def _reshaped_in_place(tx: InstructionTranslator, tensor: TensorVariable, view: 
 # [Note: a break inside a callee is traced again]. Left as they were: a graph input (the
 # caller's tensor, whose flag the caller would have to see change), ``requires_grad =
 # False`` (a value the graph would have to stop recording), and a tensor autograd recorded
-# (eager raises). Not matched: a graph none of whose inputs and parameters requires grad is
-# compiled by aotautograd for inference, so its outputs do not require grad, where eager's do
-# through the new leaf (SEW sets the flag only while its encoder's weights train).
+# (eager raises). One more case breaks the same way: a graph none of whose inputs and
+# parameters requires grad is compiled by aotautograd for inference, so its outputs would not
+# require grad, where eager's do through the new leaf (SEW sets the flag only while its
+# encoder's weights train, so it keeps one graph).
 def new_leaf(tensor: torch.Tensor) -> torch.Tensor:
     """``tensor.requires_grad = True`` as a graph op: a new leaf, cut from the tensor's past."""
     return tensor.detach().requires_grad_(True)
@@ -237,6 +269,8 @@ def _constant_or_none(value: VariableTracker) -> Any:
 # or (0, 0), and ``if`` on a one-element one is decided at trace time. The draw stays in the
 # graph, as in eager; the number was guarded where it was read (``self.layerdrop == 0.0``).
 # Inside the bounds (``rand < 0.5``) nothing is known, and the branch still breaks.
+# Bounds hold until the tensor is written in place (``r.mul_(5)``, through any view): the
+# tracker records its example's version counter, and a later version makes them stale.
 _COMPARISONS = {
     # op: (every value in [low, high] satisfies ``value op c``, none does)
     operator.lt: (lambda lo, hi, c: hi < c, lambda lo, hi, c: lo >= c),
@@ -255,20 +289,126 @@ def value_bounds(target: Any, args: list[VariableTracker], example: Any
         return None
     if target in (torch.rand, torch.rand_like) and example.dtype.is_floating_point:
         return (0.0, 1.0)  # [0, 1), closed here: the bounds only need to hold
+    if target is torch.tensor or target in _EXACT_ARITHMETIC:
+        return _exact_bounds(target, args, example)  # [Note: constant tensors]
     if target in _COMPARISONS and len(args) == 2:
         (a, b), op = args, target
         if not isinstance(a, TensorVariable):
             (a, b), op = (b, a), _FLIPPED[target]  # ``c > t`` is ``t < c``
-        if not (isinstance(a, TensorVariable) and a.bounds is not None
-                and isinstance(b, ConstantVariable) and type(b.value) in (int, float)):
+        bounds = a.known_bounds() if isinstance(a, TensorVariable) else None
+        if bounds is None or not (isinstance(b, ConstantVariable)
+                                  and type(b.value) in (int, float)):
             return None
         always, never = _COMPARISONS[op]
-        if always(*a.bounds, b.value):
+        if always(*bounds, b.value):
             return (1, 1)
-        if never(*a.bounds, b.value):
+        if never(*bounds, b.value):
             return (0, 0)
     return None
 # --8<-- [end:value-bounds]
+
+
+def with_bounds(result: VariableTracker, bounds: tuple[float, float] | None
+                ) -> VariableTracker:
+    """``result`` carrying ``bounds``, valid until its tensor is next written in place."""
+    if bounds is None or not isinstance(result, TensorVariable) \
+            or _version(result.example) is None:
+        return result
+    return result.clone(bounds=bounds, bounds_version=_version(result.example))
+
+
+def _version(example: torch.Tensor) -> int | None:
+    """The version counter every in-place write bumps (views share their base's). An
+    inference tensor (traced under ``torch.inference_mode()``) has none, so it gets no
+    bounds: a write to it could not be seen."""
+    try:
+        return example._version
+    except RuntimeError:
+        return None
+
+
+# --8<-- [start:constant-tensors]
+# [Note: constant tensors]
+# DeBERTa computes its attention span as ``span = torch.tensor(min(q_len, max_positions))``,
+# a 0-d tensor made from a Python int, and then uses it where Python wants a number: as
+# slice bounds (``rel[m - span : m + span]``) and as clamp's bounds (``torch.clamp(pos +
+# span, 0, span * 2 - 1)``, whose overload takes Scalars, so eager calls ``.item()``). A
+# graph has no tensor's value at trace time, so each of those was a graph break. But this
+# tensor's value is no secret: it is the constant it was made from, which was guarded where
+# it was read, like any constant. So ``torch.tensor(c)`` of an int or float ``c`` gets the
+# exact bounds (v, v), v being the value the tensor holds (``c`` in its dtype); +, -, *, //
+# and unary - keep them exact when every operand is such a tensor or a Python int and the
+# result is an integer tensor, the new value computed by the same op on real CPU tensors
+# (so overflow and rounding are eager's). Where such an integer tensor is used as a number
+# (slice bounds, ``int()``, ``operator.index``, ``range()``, ``.item()``, a Scalar argument)
+# the trace uses the number, as ``if`` already does with a known truth value. The tensor
+# itself stays in the graph. In-place writes (``t += 1``, ``t.fill_(2)``, a write through a
+# view) bump the version counter of the example, which the bounds recorded: from then on
+# they are stale and ignored, and the use breaks the graph as before.
+_EXACT_ARITHMETIC = frozenset({operator.add, operator.sub, operator.mul, operator.floordiv,
+                               operator.neg, operator.pos})
+
+
+def _exact_bounds(target: Any, args: list[VariableTracker], example: torch.Tensor
+                  ) -> tuple[float, float] | None:
+    if example.ndim != 0:
+        return None
+    if target is torch.tensor:  # (dtype= and device= came as kwargs: the example has them)
+        if len(args) != 1 or not (isinstance(args[0], ConstantVariable)
+                                  and type(args[0].value) in (int, float)):
+            return None
+        if not (_is_integer(example.dtype) or example.dtype.is_floating_point):
+            return None
+        operands = [torch.tensor(args[0].value, dtype=example.dtype, device="cpu")]
+        target = operator.pos
+    elif _is_integer(example.dtype):
+        operands = [_exact_operand(a) for a in args]
+    else:
+        return None  # a float result: rounding could differ from the device's
+    if any(o is None for o in operands):
+        return None
+    try:
+        value = target(*operands)
+    except Exception:  # an integer division by zero: eager's business, at run time
+        return None
+    if value.dtype != example.dtype:
+        return None
+    return (value.item(), value.item())
+
+
+def _exact_operand(value: VariableTracker) -> torch.Tensor | int | None:
+    if isinstance(value, ConstantVariable) and type(value.value) is int:
+        return value.value
+    if isinstance(value, TensorVariable) and value.known_index() is not None:
+        return torch.tensor(value.known_index(), dtype=value.example.dtype, device="cpu")
+    return None
+
+
+def known_index_or_self(value: VariableTracker) -> VariableTracker:
+    """A 0-d integer tensor of known value as that number, where Python asks for one."""
+    if isinstance(value, TensorVariable) and value.known_index() is not None:
+        return ConstantVariable(value.known_index())
+    return value
+
+
+def known_scalars(args: list[VariableTracker], kwargs: dict[str, VariableTracker]
+                  ) -> tuple[list, dict] | None:
+    """The arguments with each 0-d tensor of known value as its number (what a Scalar
+    overload reads with ``.item()``); None if there is none."""
+    def number(v: VariableTracker) -> VariableTracker:
+        known = v.known_number() if isinstance(v, TensorVariable) else None
+        return v if known is None else ConstantVariable(known)
+
+    new_args, new_kwargs = [number(a) for a in args], {k: number(v) for k, v in kwargs.items()}
+    if all(a is b for a, b in zip(new_args, args)) and \
+            all(new_kwargs[k] is kwargs[k] for k in kwargs):
+        return None
+    return new_args, new_kwargs
+
+
+def _is_integer(dtype: torch.dtype) -> bool:
+    return not dtype.is_floating_point and not dtype.is_complex and dtype is not torch.bool
+# --8<-- [end:constant-tensors]
 
 
 def _specialized(value: Any) -> Any:
