@@ -343,6 +343,8 @@ def test_reproduce_command_raises_at_the_failing_line(tmp_path):
     script = tmp_path / "user_script.py"
     script.write_text(SCRIPT)
     env = {k: v for k, v in os.environ.items() if k != "MINIPT2_STRICT"}
+    # the child runs in tmp_path: a relative PYTHONPATH (stages/01_dynamo) would not resolve
+    env["PYTHONPATH"] = os.pathsep.join(os.path.abspath(p) for p in sys.path if p)
     first = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
                            env=env, cwd=tmp_path, timeout=120)
     assert first.returncode == 0, first.stderr
