@@ -27,6 +27,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -92,14 +93,27 @@ def write_stubbed_package(ex: Exercise, destination: Path) -> Path:
     return target
 
 
-def run_tests(ex: Exercise, first_on_path: Path | None, quiet: bool) -> int:
+def run_tests(ex: Exercise, first_on_path: Path | None, quiet: bool,
+              output: list[str] | None = None) -> int:
+    """Run the exercise's tests (against ``first_on_path``'s package when given); with
+    ``output``, append what pytest printed to it."""
     env = dict(os.environ)
     if first_on_path is not None:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(first_on_path),
                                                            env.get("PYTHONPATH")]))
     cmd = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", str(ex.tests)]
+    if output is not None:
+        done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+        output.append(done.stdout + done.stderr)
+        return done.returncode
     out = subprocess.DEVNULL if quiet else None
     return subprocess.run(cmd, cwd=ROOT, env=env, stdout=out, stderr=out).returncode
+
+
+# ``verify`` runs a few exercises at once; a reference run that fails is run once more (one
+# retry at a time), and its output is shown if it fails again. (Once in CI a reference run
+# failed beside the others and passed in every run after; we did not find out why.)
+_ALONE = threading.Lock()
 
 
 def lookup(name: str) -> Exercise:
@@ -145,7 +159,12 @@ def verify_one(ex: Exercise) -> list[str]:
         if run_tests(ex, Path(tmp), quiet=True) == 0:
             problems.append(f"{ex.name}: tests PASS on the stub (they cannot catch a wrong answer)")
     if run_tests(ex, None, quiet=True) != 0:
-        problems.append(f"{ex.name}: tests FAIL on the reference")
+        output: list[str] = []
+        with _ALONE:
+            failed = run_tests(ex, None, quiet=True, output=output) != 0
+        if failed:
+            tail = "\n    ".join(output[0].strip().splitlines()[-15:])
+            problems.append(f"{ex.name}: tests FAIL on the reference\n    {tail}")
     return problems
 
 

@@ -216,3 +216,24 @@ def test_bench_compare_none_skips_the_peer():
     assert not bench_run.parse(["--compare", "torch"]).no_torch_compile
     assert not bench_run.parse([]).no_torch_compile
     assert bench_run.parse(["--no-torch-compile"]).no_torch_compile
+
+
+def test_verify_retries_a_failing_reference_once_and_shows_its_output(monkeypatch, tmp_path):
+    """A reference run that fails beside the others runs once more; failing again, the
+    problem carries the tail of pytest's output."""
+    ex = exercises.Exercise("demo-ex", "double x", tmp_path / "m.py", tmp_path, tmp_path / "t.py")
+    ex.tests.write_text("")
+    monkeypatch.setattr(exercises, "write_stubbed_package", lambda ex, dest: dest)
+
+    def fake(codes):
+        def run_tests(ex, first_on_path, quiet, output=None):
+            if output is not None:
+                output.append("E   AssertionError: boom\n1 failed")
+            return codes.pop(0) if first_on_path is None else 1  # the stub always fails
+        return run_tests
+
+    monkeypatch.setattr(exercises, "run_tests", fake([1, 0]))
+    assert exercises.verify_one(ex) == []
+    monkeypatch.setattr(exercises, "run_tests", fake([1, 1]))
+    (problem,) = exercises.verify_one(ex)
+    assert "tests FAIL on the reference" in problem and "AssertionError: boom" in problem
