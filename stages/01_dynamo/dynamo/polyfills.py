@@ -29,7 +29,7 @@ import torch
 
 from .variables.base import VariableTracker
 from .variables.lists import BaseListVariable
-from .variables.tensor import TensorVariable
+from .variables.tensor import TensorVariable, constant_or_none
 
 
 # --8<-- [start:associative-scan]
@@ -81,7 +81,7 @@ def _scan_applies(args: list[VariableTracker], kwargs: dict[str, VariableTracker
         leaves = list(xs.items)
     else:
         return False
-    dim, reverse, mode = (_constant(bound.arguments[name])
+    dim, reverse, mode = (constant_or_none(bound.arguments[name])
                           for name in ("dim", "reverse", "combine_mode"))
     if not leaves or not all(isinstance(x, TensorVariable) for x in leaves) \
             or type(dim) is not int or type(reverse) is not bool:
@@ -93,13 +93,6 @@ def _scan_applies(args: list[VariableTracker], kwargs: dict[str, VariableTracker
         return False
     return mode == "generic" or (
         mode == "pointwise" and all(x.device.type in ("cuda", "xpu") for x in leaves))
-
-
-def _constant(value: Any) -> Any:
-    """A tracker's constant value (a default is the value itself); None if not constant."""
-    if not isinstance(value, VariableTracker):
-        return value
-    return value.as_python_constant() if value.is_python_constant() else None
 
 
 # The stand-in unrolls its loop into the graph, one combine per step: a static length up to

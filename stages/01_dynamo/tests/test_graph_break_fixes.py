@@ -152,3 +152,23 @@ def test_associative_scan_pointwise_on_cpu_still_raises(backend):
         f(torch.randn(4))
     with pytest.raises(ValueError, match="pointwise"):
         dynamo.optimize(backend)(f)(torch.randn(4))
+
+
+def test_a_scan_longer_than_the_cap_keeps_its_break(backend, monkeypatch):
+    """Past ``MAX_SCAN_STEPS`` the stand-in does not apply: torch's own scan runs between
+    graphs, and the result is still eager's."""
+    from dynamo import polyfills
+
+    monkeypatch.setattr(polyfills, "MAX_SCAN_STEPS", 4)
+
+    def f(x):
+        return associative_scan(lambda p, q: p + q, x * 2, dim=0, combine_mode="generic") + 1
+
+    x = torch.randn(8, 3)
+    torch.testing.assert_close(dynamo.optimize(backend)(f)(x), f(x))
+    assert backend.calls > 1  # a graph before the scan and one after: it was not traced
+    x = torch.randn(4, 3)
+    dynamo.reset()
+    backend.graphs.clear()
+    torch.testing.assert_close(dynamo.optimize(backend)(f)(x), f(x))
+    assert backend.calls == 1  # at the cap: traced

@@ -167,13 +167,20 @@ def has_aligned_rows(buffer: Buffer, align_bytes: int = 16) -> bool:
     is not ([Note: a library call's strides] in ir.py): memory-efficient attention raises on
     such a mask, where eager, which pads, runs. (BEiT's, strides (.., 289, 17, 1) on the
     H200, came by the op-by-op path: [Note: a library call's strides, op by op].)"""
-    per_row = elements_per(align_bytes, buffer.get_dtype())
-    layout = buffer.layout
     try:
-        return all(int(n) == 1 or int(s) % per_row == 0
-                   for n, s in zip(layout.size[:-1], layout.stride[:-1]))
+        return rows_aligned(buffer.layout.size, buffer.layout.stride, buffer.get_dtype(),
+                            align_bytes)
     except TypeError:  # symbolic sizes or strides: copy, to be safe
         return False
+
+
+def rows_aligned(size: Sequence, stride: Sequence, dtype: torch.dtype,
+                 align_bytes: int = 16) -> bool:
+    """Every stride but the last a multiple of ``align_bytes`` (a dim of size 1 may have
+    any): the rule ``has_aligned_rows`` and ``with_aligned_rows`` share. The last size and
+    stride are not read; a symbolic one among the others raises TypeError."""
+    per_row = elements_per(align_bytes, dtype)
+    return all(int(n) == 1 or int(st) % per_row == 0 for n, st in zip(size[:-1], stride[:-1]))
 
 
 # --8<-- [start:aligned-op-by-op]
@@ -182,10 +189,9 @@ def with_aligned_rows(t: torch.Tensor, align_bytes: int = 16) -> torch.Tensor:
     size 1 may have any), else a copy of it in padded rows: a view of a padded buffer, as
     eager's ATen makes one. For the op-by-op path, where each prim returns a row-major tensor
     ([Note: a library call's strides, op by op])."""
-    per_row = elements_per(align_bytes, t.dtype)
-    if all(n == 1 or s % per_row == 0 for n, s in zip(t.shape[:-1], t.stride()[:-1])):
+    if rows_aligned(list(t.shape), list(t.stride()), t.dtype, align_bytes):
         return t
-    last = t.shape[-1]
+    per_row, last = elements_per(align_bytes, t.dtype), t.shape[-1]
     padded = t.new_empty(*t.shape[:-1], -(-last // per_row) * per_row)[..., :last]
     return padded.copy_(t)
 
@@ -502,7 +508,7 @@ class GraphLowering(torch.fx.Interpreter):
                 meta_args, meta_kwargs = to_meta(args), to_meta(kwargs)
                 val = on_device(target, target(*meta_args, **meta_kwargs), home,
                                 meta_args, meta_kwargs)
-                val = convolution_result_layout(target, val, meta_args, self.device())
+                val = convolution_result_layout(target, val, meta_args, home)
             except Exception:
                 if val is None:
                     raise

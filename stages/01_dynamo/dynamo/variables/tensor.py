@@ -157,7 +157,7 @@ class TensorVariable(VariableTracker):
         return tx.output.create_op("call_method", name, [self, *args], kwargs)
 
     def store_attr(self, tx: InstructionTranslator, name: str, value: VariableTracker) -> None:
-        if name != "requires_grad" or type(_constant_or_none(value)) is not bool:
+        if name != "requires_grad" or type(constant_or_none(value)) is not bool:
             unimplemented(f"setting attribute .{name} on a tensor (only .requires_grad = "
                           "True or False is supported)")
         _set_requires_grad(tx, self, value.as_python_constant())
@@ -252,7 +252,11 @@ def _set_requires_grad(tx: InstructionTranslator, tensor: TensorVariable, flag: 
 # --8<-- [end:new-leaf]
 
 
-def _constant_or_none(value: VariableTracker) -> Any:
+def constant_or_none(value: Any) -> Any:
+    """A tracker's constant value, None if it has none; a plain value (a default argument
+    that no tracker wraps) is its own."""
+    if not isinstance(value, VariableTracker):
+        return value
     return value.as_python_constant() if value.is_python_constant() else None
 
 
