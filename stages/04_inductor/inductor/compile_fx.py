@@ -36,6 +36,7 @@ from inductor.autotune import Autotuner, can_time, default_reduction_configs
 from inductor.codecache import CppCodeCache, TritonCodeCache, exec_python_source
 from inductor.codegen.cpp import generate_cpp_kernel
 from inductor.codegen.triton import KernelSource, generate_triton_kernel, interpreting
+from inductor.codegen.triton_template import generate_mm_template
 from inductor.codegen.wrapper import WrapperCodeGen, fallback_wrapper_source
 from inductor.constant_folding import fold_constants
 from inductor.cudagraphs import CudaGraphRunner, wants_cudagraphs
@@ -45,6 +46,7 @@ from inductor.inplace import inplace_writes
 from inductor.ir import Buffer, ComputedBuffer
 from inductor.launcher import Launcher, precompile
 from inductor.linear import fold_bias_adds
+from inductor.mm_template import TemplateGroup, use_templates
 from inductor.scheduler import FusedGroup, Scheduler
 
 TARGETS = ("triton", "cpp", "fallback")
@@ -120,8 +122,8 @@ def tuned_kernels(kernels: Any, target: str, autotune: bool) -> frozenset[str]:
     static sizes ([Note: tuning reductions by default])."""
     if target != "triton":
         return frozenset()
-    if autotune:
-        return frozenset(k.name for k in kernels)
+    if autotune:  # (a template keeps the one config that won against the library)
+        return frozenset(k.name for k in kernels if len(k.configs) > 1)
     if os.environ.get("MINIPT2_TUNE_REDUCTIONS", "0") != "1" or not can_time():
         return frozenset()
     names = set()
@@ -155,7 +157,7 @@ def compile_fx_inner(prims_gm: torch.fx.GraphModule, example_inputs: list[Any], 
         raise CompileError(f"target 'cpp' runs on CPU tensors, got inputs on {sorted(devices)}")
     clock = Stopwatch()
     graph, scheduler, kernels = lower_and_print(prims_gm, example_inputs, target, clock,
-                                                artifacts)
+                                                artifacts, templates=autotune)
     try:
         namespace = load_kernels(list(kernels.values()), target)
         clock.lap("building kernels (Triton JIT happens at the first launch)" if
@@ -186,15 +188,21 @@ def compile_fx_inner(prims_gm: torch.fx.GraphModule, example_inputs: list[Any], 
 
 
 def lower_and_print(prims_gm: torch.fx.GraphModule, example_inputs: list[Any], target: str,
-                    clock: Stopwatch, artifacts: dict[str, str]) -> tuple:
+                    clock: Stopwatch, artifacts: dict[str, str], templates: bool = False
+                    ) -> tuple:
     """Lowering, fusion and kernel printing: (graph, scheduler, kernels by name), each
-    stage's text filed in ``artifacts`` and its time on ``clock``."""
+    stage's text filed in ``artifacts`` and its time on ``clock``. ``templates``: matrix
+    multiplies may become Triton templates ([Note: template or library])."""
     graph = GraphLowering(prims_gm, example_inputs)
     graph.run(*example_inputs)
     clock.lap("lowering (prims -> loop IR)")
     artifacts["loop_ir"] = "\n\n".join(op.describe() for op in graph.operations)
     outputs = {o.name for o in graph.graph_outputs if isinstance(o, Buffer)}
     scheduler = Scheduler(graph.operations, outputs, graph.origins)
+    if templates:
+        scheduler.groups = use_templates(scheduler.groups, graph.buffer_by_name,
+                                         scheduler.removed, outputs, scheduler.log)
+        clock.lap("choosing template or library for each matrix multiply")
     scheduler.groups = fold_bias_adds(scheduler.groups, outputs, scheduler.log,
                                       graph.buffer_by_name, scheduler.removed)  # [Note: linear]
     clock.lap("scheduling (fusion)")
@@ -358,7 +366,8 @@ def generate_kernels(scheduler: Scheduler, graph: GraphLowering, target: str) ->
     generate = generate_triton_kernel if target == "triton" else generate_cpp_kernel
     for step, group in enumerate(scheduler.groups):
         if isinstance(group, FusedGroup):
-            kernel = generate(group, scheduler.removed, graph.buffer_by_name, len(kernels))
+            printer = generate_mm_template if isinstance(group, TemplateGroup) else generate
+            kernel = printer(group, scheduler.removed, graph.buffer_by_name, len(kernels))
             first = first_of.setdefault(_code_of(kernel), kernel)
             if first is not kernel:  # launched as the first, with this group's buffers
                 kernel = dataclasses.replace(kernel, name=first.name, source=first.source)
@@ -443,7 +452,12 @@ def _sizes(sizes: list[Any]) -> str:
 def _describe_groups(scheduler: Scheduler) -> list[str]:
     lines = []
     for group in scheduler.groups:
-        if isinstance(group, FusedGroup):
+        if isinstance(group, TemplateGroup):
+            epilogue = ", ".join(n.name for n in group.nodes) or "none"
+            operands = ", ".join(group.mm.input_names())
+            lines.append(f"template {group.mm.outputs[0].name} = mm({operands}), "
+                         f"epilogue: {epilogue}")
+        elif isinstance(group, FusedGroup):
             names = [n.name + (" (removed)" if n.name in scheduler.removed else "")
                      for n in group.nodes]
             reducing = (f", reducing {_sizes(group.reduction_ranges)}"

@@ -40,6 +40,7 @@ from typing import Any
 import sympy
 
 from inductor.ir import ComputedBuffer, InputBuffer, ScatterBuffer
+from inductor.mm_template import TemplateGroup
 from inductor.scheduler import ExternNode, FusedGroup, SchedulerNode
 
 
@@ -56,6 +57,8 @@ def inplace_writes(mutations: Sequence[tuple[int, int]], graph: Any, groups: lis
         if isinstance(group, ExternNode):
             library_reads.update(group.kernel.input_names())
         elif isinstance(group, FusedGroup):
+            if isinstance(group, TemplateGroup):  # its operands, read at any index
+                library_reads.update(group.mm.input_names())
             for node in group.nodes:
                 nodes[node.name] = node
                 for name, index in node.reads:

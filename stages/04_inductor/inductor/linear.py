@@ -149,7 +149,7 @@ def fold_bias_adds(groups: list, output_names: set[str], log: list[str],
     out: list = []
     for group in groups:
         previous = out[-1] if out else None
-        if isinstance(group, FusedGroup) and isinstance(previous, ExternNode):
+        if type(group) is FusedGroup and isinstance(previous, ExternNode):  # (not a template)
             node, rest = _bias_node(group, previous.kernel, removed)
             folded = None if node is None else _fold(previous.kernel, node, readers,
                                                      output_names, buffers)

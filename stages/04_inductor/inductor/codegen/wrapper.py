@@ -33,6 +33,7 @@ from inductor.ir import (
     contiguous_strides,
 )
 from inductor.linear import transposed_matrix
+from inductor.mm_template import TemplateGroup
 from inductor.scheduler import ExternNode, FusedGroup
 from inductor.sizevars import is_size_symbol, pexpr, size_symbols
 
@@ -226,6 +227,8 @@ class WrapperCodeGen:
                                       "# the input's new value, written in place")
                 else:
                     self.allocate(node.buffer)
+        if isinstance(group, TemplateGroup) and group.mm.outputs[0].name in kernel.args:
+            self.allocate(group.mm.outputs[0])  # a template's product, read elsewhere too
         args = ", ".join([*kernel.args, *map(pexpr, kernel.size_args())])
         kernel_sizes = [pexpr(s) for s in kernel.size_vars]  # C++: after the pointers
         if kernel.name in self.tuned:

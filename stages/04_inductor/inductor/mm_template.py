@@ -1,0 +1,303 @@
+"""Which matrix multiplies become Triton templates under ``mode="max-autotune"``.
+
+Input: the scheduler's groups (``ExternNode`` library calls and ``FusedGroup`` kernels).
+Output: the same groups, where an ``mm`` that a template runs faster than the library has
+become a ``TemplateGroup``, the pointwise kernel right after it folded in as its epilogue
+when it can be. ``codegen/triton_template.py`` prints the kernel.
+Chapter: book/docs/performance.md ("Matrix multiplies of our own").
+
+# --8<-- [start:note]
+[Note: template or library]
+cuBLAS is hard to beat on one matrix multiply, and every library call ends at memory: the
+product is written, and the kernel after it (a Linear's bias add and GELU, a residual add)
+reads it back. A template of our own can do that kernel's work on the accumulator instead
+([Note: the matmul template]); it pays where it runs about as fast as the library. So
+under ``mode="max-autotune"`` each ``mm`` over static sizes (16 or more along every dim,
+float32, bfloat16 or float16, on a GPU) is timed both ways when the graph compiles, on
+random inputs of the real sizes, strides and offsets: the library call, and the template
+alone (its product stored) under each candidate config. The fastest wins; the template
+then gets the next kernel as its epilogue if that kernel fits, and keeps its winning
+config. The choice is cached on disk like any autotuning result ([Note: autotuning]),
+keyed by the template's source, the device and Triton's version, so a new process, or the
+same shape in another graph, decides without timing.
+
+An epilogue fits when it is the group right after the call (so moving it into the call
+moves it past nothing), a pointwise kernel whose loop is the product's elements in row-
+major order (``[M, N]``, or ``[B, T, N]`` over a ``[B*T, N]`` product), every read of the
+product at the element the loop is at, and over static sizes. The product is then not
+stored at all unless something else reads it. Without a GPU nothing can be timed: the
+library call stays, unless ``MINIPT2_MM_TEMPLATE=1`` asks for the template with its first
+candidate config (how the tests run it under the interpreter); ``=0`` turns templates off.
+# --8<-- [end:note]
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import sympy
+import torch
+
+from inductor import autotune
+from inductor.codecache import code_hash, subdir, write_atomic
+from inductor.ir import Buffer, FallbackKernel
+from inductor.scheduler import ExternNode, FusedGroup
+
+log = logging.getLogger("minipt2.autotune")
+aten = torch.ops.aten
+
+DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+MIN_DIM = 16  # ``tl.dot`` takes blocks of at least 16 along each side
+MAX_GRID_Y = 65535  # row tiles go on the grid's axis 1
+
+# (YBLOCK, XBLOCK, KBLOCK, num_warps, num_stages): tiles that do well on Hopper in Triton's
+# own matmul tutorial and in torch.compile's lists; float32 gets smaller K slabs
+CONFIGS_16BIT = [(128, 128, 64, 8, 3), (128, 256, 64, 8, 3), (64, 128, 64, 4, 4),
+                 (128, 64, 64, 4, 4), (64, 64, 64, 4, 3), (128, 128, 32, 4, 4)]
+CONFIGS_32BIT = [(128, 128, 32, 8, 3), (64, 128, 32, 4, 4), (128, 64, 32, 4, 4),
+                 (64, 64, 32, 4, 3), (128, 128, 16, 8, 3)]
+
+
+@dataclasses.dataclass
+class TemplateGroup(FusedGroup):
+    """A matrix multiply printed as a template, with ``nodes`` (maybe none) as epilogue."""
+
+    mm: FallbackKernel | None = None
+    configs: list[dict[str, int]] = dataclasses.field(default_factory=list)  # best first
+
+    @property
+    def space(self) -> tuple[list, list]:
+        return super().space if self.nodes else (list(self.mm.outputs[0].layout.size), [])
+
+    @property
+    def device(self):
+        return self.mm.outputs[0].layout.device
+
+    def is_reduction(self) -> bool:
+        return False
+
+    def read_names(self) -> set[str]:
+        """What the kernel reads from memory: the operands and the epilogue's other inputs."""
+        own = super().read_names() if self.nodes else set()
+        return (own - {self.mm.outputs[0].name}) | set(self.mm.input_names())
+
+
+def candidates(m: int, n: int, k: int, dtype: torch.dtype) -> list[dict[str, int]]:
+    """The configs a template is timed under, each tile cut down to the problem's size."""
+    table = CONFIGS_32BIT if dtype == torch.float32 else CONFIGS_16BIT
+    configs: list[dict[str, int]] = []
+    for ym, xn, kb, warps, stages in table:
+        config = {"YBLOCK": min(ym, _pow2(m)), "XBLOCK": min(xn, _pow2(n)),
+                  "KBLOCK": min(kb, _pow2(k)), "GROUP_M": 8, "num_warps": warps,
+                  "num_stages": stages}
+        if config not in configs:
+            configs.append(config)
+    return configs
+
+
+def _pow2(n: int) -> int:
+    return max(MIN_DIM, 1 << (n - 1).bit_length())
+
+
+def operand_sizes(kernel: FallbackKernel) -> tuple[int, int, int] | None:
+    """(M, N, K) of an ``mm`` a template can run; None for any other call."""
+    if kernel.op is not aten.mm.default or kernel.kwargs or len(kernel.outputs) != 1:
+        return None
+    (product,) = kernel.outputs
+    a, b = kernel.args
+    if product is None or not (isinstance(a, Buffer) and isinstance(b, Buffer)):
+        return None
+    layouts = (a.layout, b.layout, product.layout)
+    exprs = [e for layout in layouts for e in (*layout.size, *layout.stride)]
+    exprs.append(sympy.sympify(getattr(a, "offset", 0)) + sympy.sympify(getattr(b, "offset", 0)))
+    if not all(sympy.sympify(e).is_Integer for e in exprs):
+        return None  # a symbolic size: the library call serves every size
+    (m, k), n = (int(s) for s in a.layout.size), int(b.layout.size[1])
+    dtype = product.get_dtype()
+    device = product.layout.device
+    on_gpu = device.type == "cuda" or (device.type == "cpu" and _interpreting())
+    if (not on_gpu or {a.get_dtype(), b.get_dtype()} != {dtype} or dtype not in DTYPES
+            or min(m, n, k) < MIN_DIM or -(-m // MIN_DIM) > MAX_GRID_Y
+            or [int(s) for s in product.layout.stride] != [n, 1]
+            or any(getattr(x, "layout").device != device for x in (a, b))):
+        return None
+    return m, n, k
+
+
+def _interpreting() -> bool:
+    from inductor.codegen.triton import ensure_interpreter_if_no_gpu, interpreting
+
+    ensure_interpreter_if_no_gpu()
+    return interpreting()
+
+
+def epilogue_fits(group: Any, product: Buffer, m: int, n: int) -> bool:
+    """Whether ``group`` can run on the template's tiles; see [Note: template or library]."""
+    if type(group) is not FusedGroup or group.is_reduction():
+        return False
+    ranges = group.ranges
+    if not all(sympy.sympify(r).is_Integer for r in ranges) or len(ranges) < 2:
+        return False
+    if int(ranges[-1]) != n or math.prod(int(r) for r in ranges[:-1]) != m:
+        return False
+    from inductor.codegen.triton_template import row_major
+
+    here, reads_product = row_major(ranges), False
+    for node, placement in zip(group.nodes, group.placements()):
+        if placement is None or placement.kind != "x":
+            return False
+        accesses = node.accesses(group.space)
+        if any(sympy.sympify(i).free_symbols - _loop_symbols(ranges)
+               for i in accesses.indices):
+            return False  # a size symbol, or an index read from memory
+        for name, index in accesses.reads:
+            if name == product.name:
+                reads_product = True
+                if sympy.expand(index - here) != 0:
+                    return False
+    return reads_product
+
+
+def _loop_symbols(ranges: Sequence[Any]) -> set:
+    from inductor.ir import index_vars
+
+    return {s for s in index_vars(ranges, "i") if isinstance(s, sympy.Symbol)}
+
+
+# --8<-- [start:use-templates]
+def use_templates(groups: list, buffers: dict[str, Any], removed: set[str],
+                  output_names: set[str], log_lines: list[str]) -> list:
+    """``groups`` with each ``mm`` that a template should run replaced by a
+    ``TemplateGroup``, the next group folded in when it fits; ``removed`` gains the
+    products nothing else reads."""
+    readers: dict[str, int] = {}
+    for group in groups:
+        names = (group.kernel.input_names() if isinstance(group, ExternNode)
+                 else group.read_names())
+        for name in names:
+            readers[name] = readers.get(name, 0) + 1
+    out: list = []
+    i = 0
+    while i < len(groups):
+        group = groups[i]
+        sizes = operand_sizes(group.kernel) if isinstance(group, ExternNode) else None
+        configs, why = choose(group.kernel, sizes, buffers) if sizes else ([], "")
+        if not configs:
+            if why:
+                log_lines.append(f"{group.kernel.outputs[0].name} = mm: library call ({why})")
+            out.append(group)
+            i += 1
+            continue
+        product = group.kernel.outputs[0]
+        after = groups[i + 1] if i + 1 < len(groups) else None
+        nodes: list = []
+        if after is not None and epilogue_fits(after, product, *sizes[:2]):
+            nodes, i = list(after.nodes), i + 1
+            if product.name not in output_names and readers.get(product.name) == 1:
+                removed.add(product.name)
+        out.append(TemplateGroup(nodes, mm=group.kernel, configs=configs))
+        fused = f", epilogue {', '.join(n.name for n in nodes)}" if nodes else ""
+        log_lines.append(f"{product.name} = mm: Triton template ({why}){fused}")
+        i += 1
+    return out
+# --8<-- [end:use-templates]
+
+
+def choose(kernel: FallbackKernel, sizes: tuple[int, int, int],
+           buffers: dict[str, Any]) -> tuple[list[dict[str, int]], str]:
+    """(the template's configs, best first, or [] for the library call; why)."""
+    m, n, k = sizes
+    configs = candidates(m, n, k, kernel.outputs[0].get_dtype())
+    setting = os.environ.get("MINIPT2_MM_TEMPLATE", "")
+    if setting == "0":
+        return [], "MINIPT2_MM_TEMPLATE=0"
+    if setting == "1":
+        return configs, "MINIPT2_MM_TEMPLATE=1"
+    if not autotune.can_time():
+        return [], "nothing to time on"
+    from inductor.codegen.triton_template import generate_mm_template
+
+    plain = generate_mm_template(TemplateGroup([], mm=kernel, configs=configs), set(),
+                                 buffers, 0)
+    key = autotune.cache_key(plain.source, [m, n, k])
+    path = subdir("autotune") / f"mm-{key}.json"
+    entry = _read(path, configs)
+    how = "cached"
+    if entry is None:
+        entry = time_choices(kernel, plain, configs)
+        write_atomic(path, json.dumps(entry, indent=1) + "\n")
+        how = "timed"
+    library, best, best_ms = entry["library_ms"], entry["config"], entry["template_ms"]
+    log.info("mm %s: library %.4f ms, template %.4f ms (%s)", [m, n, k], library, best_ms, how)
+    if best is None or not best_ms < library:
+        return [], f"{how}: library {library:.4f} ms, template {best_ms:.4f} ms"
+    return [best], f"{how}: {best_ms:.4f} ms, library {library:.4f} ms"
+
+
+def _read(path: Any, configs: list[dict[str, int]]) -> dict | None:
+    """A cached choice; one that does not parse or names a foreign config is deleted."""
+    if not path.exists():
+        return None
+    try:
+        entry = json.loads(path.read_text())
+        if (entry["config"] is None or entry["config"] in configs) and \
+                isinstance(entry["library_ms"], float) and isinstance(entry["template_ms"], float):
+            return entry
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    path.unlink(missing_ok=True)
+    return None
+
+
+def time_choices(kernel: FallbackKernel, plain: Any, configs: list[dict[str, int]]) -> dict:
+    """Time the library call and the template (``plain``: no epilogue) under each config
+    on random inputs laid out as the graph's."""
+    from inductor.codecache import TritonCodeCache
+    from inductor.launcher import precompile
+
+    a, b = kernel.args
+    (product,) = kernel.outputs
+    memory: dict[str, torch.Tensor] = {}
+    for x in (a, b):  # (x.t() @ x: one buffer, big enough for both views)
+        flat = _random_memory(x)
+        if x.name not in memory or memory[x.name].numel() < flat.numel():
+            memory[x.name] = flat
+    memory[product.name] = torch.empty(product.layout.size, dtype=product.get_dtype(),
+                                       device=product.layout.device)
+    views = [memory[x.name].as_strided([int(s) for s in x.layout.size],
+                                       [int(s) for s in x.layout.stride],
+                                       int(getattr(x, "offset", 0))) for x in (a, b)]
+    library = autotune.benchmark(lambda: torch.mm(*views), {"library": 1})
+    fn = TritonCodeCache.load(plain.source, plain.name)
+    args = [memory[name] for name in plain.args] + [plain.ynumel, plain.numel]
+    if not _interpreting():  # compile every config at once, on threads
+        precompile([(fn, tuple(t.dtype if isinstance(t, torch.Tensor) else t for t in args),
+                     dict(c)) for c in configs])
+    timings = []
+    for config in configs:
+        grid = (-(-plain.numel // config["XBLOCK"]), -(-plain.ynumel // config["YBLOCK"]), 1)
+        try:
+            ms = autotune.benchmark(lambda c=config, g=grid: fn[g](*args, **c), config)
+        except Exception as e:  # noqa: BLE001 - a config this GPU cannot run: not a candidate
+            log.info("mm template config %s failed (%s); skipped", config, e)
+            ms = float("inf")
+        timings.append((config, float(ms)))
+    best, best_ms = min(timings, key=lambda t: t[1])
+    return {"sizes": [int(plain.ynumel), int(plain.numel)], "device": autotune.device_name(),
+            "library_ms": float(library), "config": best if best_ms < float("inf") else None,
+            "template_ms": best_ms if best_ms < float("inf") else float("nan"),
+            "timings_ms": [[c, ms] for c, ms in timings]}
+
+
+def _random_memory(arg: Buffer) -> torch.Tensor:
+    """A flat tensor big enough for ``arg``'s view of its buffer, of random values."""
+    layout = arg.layout
+    extent = int(getattr(arg, "offset", 0)) + 1 + sum(
+        (int(n) - 1) * abs(int(s)) for n, s in zip(layout.size, layout.stride))
+    return torch.randn(extent, device=layout.device, dtype=torch.float32).to(layout.dtype)

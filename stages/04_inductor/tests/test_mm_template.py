@@ -1,0 +1,188 @@
+"""[Note: the matmul template] and [Note: template or library]: under ``max-autotune`` a
+matrix multiply may run as a Triton kernel of our own with the next kernel as its epilogue.
+Eager is the oracle for values and gradients; the operands' layouts, the stored product,
+3-D epilogues and the choice (timed with a fake clock, then cached) are each checked.
+
+Without a GPU the templates run in Triton's interpreter, forced on by
+``MINIPT2_MM_TEMPLATE=1`` (nothing can be timed there); with one they compile for real.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from inductor import autotune, mm_template
+from inductor_testing import device_for
+
+import driver
+
+DEV = device_for("triton")
+TOL = {torch.float32: {"atol": 1e-4, "rtol": 1e-4}, torch.bfloat16: {"atol": 3e-2, "rtol": 3e-2}}
+
+
+@pytest.fixture
+def templates(monkeypatch, tmp_path):
+    """Templates on for every eligible mm, a fresh cache directory."""
+    monkeypatch.setenv("MINIPT2_MM_TEMPLATE", "1")
+    monkeypatch.setenv("MINIPT2_CACHE_DIR", str(tmp_path))
+    autotune.clear_memory_cache()
+    yield tmp_path
+    autotune.clear_memory_cache()
+
+
+def compiled(fn, mode="max-autotune"):
+    return driver.compile(fn, mode=mode, options={"target": "triton"})
+
+
+def wrappers(c) -> str:
+    return "\n".join(g.artifacts["wrapper"].split("def call")[1] for g in c.graphs)
+
+
+def kernel_sources(c) -> list[str]:
+    return [v for g in c.graphs for k, v in g.artifacts.items() if "kernels/" in k]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_linear_gelu_is_one_template_with_its_epilogue(templates, dtype):
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(29, 45).to(DEV, dtype)
+    x = torch.randn(37, 29, device=DEV, dtype=dtype)
+    fn = lambda a: torch.nn.functional.gelu(layer(a)) * 2  # noqa: E731
+    c = compiled(fn)
+    with torch.no_grad():
+        torch.testing.assert_close(c(x), fn(x), **TOL[dtype])
+    (source,) = kernel_sources(c)  # the bias add, GELU and scale live in the template
+    assert "tl.dot(" in source and "erf" in source
+    text = wrappers(c)
+    assert "triton_tem_mm" in text and "fallback" not in text and "linear(" not in text
+
+
+OPERANDS = {  # case -> (fn, shape of a, shape of b)
+    "x @ w.t()": (lambda p, q: torch.relu(p @ q.t()), (40, 48), (33, 48)),
+    "a.t() @ b": (lambda p, q: torch.relu(p.t() @ q), (40, 48), (40, 33)),
+    "slices": (lambda p, q: torch.relu(p[3:37, 5:29] @ q[7:31, 1:32]), (40, 48), (40, 33)),
+    "x.t() @ x": (lambda p, q: torch.relu(p.t() @ p) + q, (40, 48), (48, 48)),
+}
+
+
+@pytest.mark.parametrize("case", list(OPERANDS))
+def test_operands_are_read_through_their_own_layouts(templates, case):
+    torch.manual_seed(1)
+    fn, a_shape, b_shape = OPERANDS[case]
+    a, b = torch.randn(a_shape, device=DEV), torch.randn(b_shape, device=DEV)
+    c = compiled(fn)
+    torch.testing.assert_close(c(a, b), fn(a, b), **TOL[torch.float32])
+    assert "triton_tem_mm" in wrappers(c)
+
+
+def test_a_product_read_elsewhere_is_stored_too(templates):
+    torch.manual_seed(2)
+    a, b = torch.randn(32, 24, device=DEV), torch.randn(24, 20, device=DEV)
+
+    def fn(p, q):
+        y = p @ q
+        return torch.sigmoid(y), y  # the epilogue, and the product itself
+
+    c = compiled(fn)
+    for got, want in zip(c(a, b), fn(a, b)):
+        torch.testing.assert_close(got, want, **TOL[torch.float32])
+    (template,) = [s for s in kernel_sources(c) if "tl.dot(" in s]
+    assert template.count("tl.store(") == 2  # the product and the sigmoid
+
+
+def test_an_epilogue_over_three_dims(templates):
+    """A Linear over [B, T, C]: the epilogue loops over [B, T, N], the product is [B*T, N]."""
+    torch.manual_seed(3)
+    layer = torch.nn.Linear(32, 48).to(DEV)
+    x = torch.randn(3, 17, 32, device=DEV)
+    res = torch.randn(3, 17, 48, device=DEV)
+    fn = lambda a, r: torch.tanh(layer(a)) + r  # noqa: E731
+    c = compiled(fn)
+    with torch.no_grad():
+        torch.testing.assert_close(c(x, res), fn(x, res), **TOL[torch.float32])
+    assert len(kernel_sources(c)) == 1
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_training_gradients_match_eager(templates, dtype):
+    """Forward and backward matrix multiplies (transposed operands) all as templates."""
+    torch.manual_seed(4)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.GELU(),
+                                torch.nn.Linear(64, 16)).to(DEV, dtype)
+    ref = [p.detach().clone().requires_grad_() for p in model.parameters()]
+    x = torch.randn(48, 32, device=DEV, dtype=dtype)
+    c = compiled(model)
+    loss = c(x).float().square().mean()
+    loss.backward()
+    w1, b1, w2, b2 = ref
+    h = torch.nn.functional.gelu(torch.nn.functional.linear(x, w1, b1))
+    want = torch.nn.functional.linear(h, w2, b2).float().square().mean()
+    want.backward()
+    torch.testing.assert_close(loss, want, **TOL[dtype])
+    for p, r in zip(model.parameters(), ref):
+        torch.testing.assert_close(p.grad, r.grad, **TOL[dtype])
+    assert "triton_tem_mm" in wrappers(c)
+    assert sum("tl.dot(" in s for s in kernel_sources(c)) >= 4  # 2 forward, 3 backward
+
+
+def test_templates_only_under_max_autotune(templates):
+    a, b = torch.randn(32, 32, device=DEV), torch.randn(32, 32, device=DEV)
+    c = compiled(lambda p, q: torch.relu(p @ q), mode="default")
+    c(a, b)
+    assert "triton_tem_mm" not in wrappers(c)
+
+
+def test_small_dims_and_the_switch_keep_the_library(templates, monkeypatch):
+    a, b = torch.randn(32, 8, device=DEV), torch.randn(8, 32, device=DEV)  # K = 8 < 16
+    c = compiled(lambda p, q: torch.relu(p @ q))
+    torch.testing.assert_close(c(a, b), torch.relu(a @ b))
+    assert "triton_tem_mm" not in wrappers(c)
+    monkeypatch.setenv("MINIPT2_MM_TEMPLATE", "0")
+    a = torch.randn(32, 32, device=DEV)
+    b = torch.randn(32, 32, device=DEV)
+    c = compiled(lambda p, q: torch.relu(p @ q))
+    c(a, b)
+    assert "triton_tem_mm" not in wrappers(c)
+
+
+class Clock:
+    """``autotune.benchmark``: runs each launch once, says the library takes
+    ``library_ms`` and every template config 1.0 ms more the later it is listed."""
+
+    def __init__(self, library_ms: float) -> None:
+        self.library_ms, self.timed = library_ms, []
+
+    def __call__(self, launch, config) -> float:
+        launch()
+        self.timed.append(config)
+        return self.library_ms if "library" in config else 0.5 + len(self.timed)
+
+
+@pytest.mark.parametrize("library_ms", [0.1, 100.0])
+def test_the_faster_of_library_and_template_wins_and_is_cached(templates, monkeypatch,
+                                                               library_ms):
+    monkeypatch.delenv("MINIPT2_MM_TEMPLATE")
+    clock = Clock(library_ms)
+    monkeypatch.setattr(autotune, "can_time", lambda: True)
+    monkeypatch.setattr(autotune, "benchmark", clock)
+    a, b = torch.randn(40, 48, device=DEV), torch.randn(48, 36, device=DEV)
+    fn = lambda p, q: torch.relu(p @ q)  # noqa: E731
+    c = compiled(fn)
+    torch.testing.assert_close(c(a, b), fn(a, b), **TOL[torch.float32])
+    configs = mm_template.candidates(40, 36, 48, torch.float32)
+    assert clock.timed[0] == {"library": 1} and clock.timed[1:len(configs) + 1] == configs
+    template = library_ms > 1.0
+    assert ("triton_tem_mm" in wrappers(c)) == template
+    if template:  # the first config was fastest, and the template keeps only it
+        (source,) = kernel_sources(c)
+        assert "tl.dot(" in source
+    driver.reset()
+    autotune.clear_memory_cache()
+
+    def refuse(launch, config):
+        raise AssertionError("timed again: the cached choice should have been used")
+
+    monkeypatch.setattr(autotune, "benchmark", refuse)
+    c = compiled(fn)
+    torch.testing.assert_close(c(a, b), fn(a, b), **TOL[torch.float32])
+    assert ("triton_tem_mm" in wrappers(c)) == template
