@@ -45,7 +45,7 @@ import sympy
 import torch
 
 from inductor import autotune
-from inductor.codecache import code_hash, subdir, write_atomic
+from inductor.codecache import subdir, write_atomic
 from inductor.ir import Buffer, FallbackKernel
 from inductor.scheduler import ExternNode, FusedGroup
 
@@ -125,7 +125,7 @@ def operand_sizes(kernel: FallbackKernel) -> tuple[int, int, int] | None:
     if (not on_gpu or {a.get_dtype(), b.get_dtype()} != {dtype} or dtype not in DTYPES
             or min(m, n, k) < MIN_DIM or -(-m // MIN_DIM) > MAX_GRID_Y
             or [int(s) for s in product.layout.stride] != [n, 1]
-            or any(getattr(x, "layout").device != device for x in (a, b))):
+            or any(x.layout.device != device for x in (a, b))):
         return None
     return m, n, k
 
@@ -187,33 +187,42 @@ def use_templates(groups: list, buffers: dict[str, Any], removed: set[str],
     while i < len(groups):
         group = groups[i]
         sizes = operand_sizes(group.kernel) if isinstance(group, ExternNode) else None
-        configs, why = choose(group.kernel, sizes, buffers) if sizes else ([], "")
-        if not configs:
-            if why:
-                log_lines.append(f"{group.kernel.outputs[0].name} = mm: library call ({why})")
+        if sizes is None:
             out.append(group)
             i += 1
             continue
         product = group.kernel.outputs[0]
         after = groups[i + 1] if i + 1 < len(groups) else None
-        nodes: list = []
-        if after is not None and epilogue_fits(after, product, *sizes[:2]):
-            nodes, i = list(after.nodes), i + 1
-            if product.name not in output_names and readers.get(product.name) == 1:
-                removed.add(product.name)
-        out.append(TemplateGroup(nodes, mm=group.kernel, configs=configs))
-        fused = f", epilogue {', '.join(n.name for n in nodes)}" if nodes else ""
+        if after is not None and not epilogue_fits(after, product, *sizes[:2]):
+            after = None
+        fused_removed = set(removed)
+        if after is not None and product.name not in output_names \
+                and readers.get(product.name) == 1:
+            fused_removed.add(product.name)  # only the epilogue reads it: never stored
+        template = TemplateGroup(list(after.nodes) if after else [], mm=group.kernel,
+                                 configs=candidates(*sizes, product.get_dtype()))
+        configs, why = choose(template, after, buffers, fused_removed, removed)
+        if not configs:
+            log_lines.append(f"{product.name} = mm: library call ({why})")
+            out.append(group)
+            i += 1
+            continue
+        template.configs = configs
+        removed.update(fused_removed)
+        out.append(template)
+        fused = f", epilogue {', '.join(n.name for n in after.nodes)}" if after else ""
         log_lines.append(f"{product.name} = mm: Triton template ({why}){fused}")
-        i += 1
+        i += 2 if after is not None else 1
     return out
 # --8<-- [end:use-templates]
 
 
-def choose(kernel: FallbackKernel, sizes: tuple[int, int, int],
-           buffers: dict[str, Any]) -> tuple[list[dict[str, int]], str]:
-    """(the template's configs, best first, or [] for the library call; why)."""
-    m, n, k = sizes
-    configs = candidates(m, n, k, kernel.outputs[0].get_dtype())
+def choose(template: TemplateGroup, epilogue: FusedGroup | None, buffers: dict[str, Any],
+           fused_removed: set[str], removed: set[str]) -> tuple[list[dict[str, int]], str]:
+    """(the template's configs, best first, or [] for the library call; why). Timed:
+    the template with ``epilogue`` fused against the library call and then ``epilogue``'s
+    own kernel; see [Note: template or library]."""
+    configs = template.configs
     setting = os.environ.get("MINIPT2_MM_TEMPLATE", "")
     if setting == "0":
         return [], "MINIPT2_MM_TEMPLATE=0"
@@ -223,18 +232,23 @@ def choose(kernel: FallbackKernel, sizes: tuple[int, int, int],
         return [], "nothing to time on"
     from inductor.codegen.triton_template import generate_mm_template
 
-    plain = generate_mm_template(TemplateGroup([], mm=kernel, configs=configs), set(),
-                                 buffers, 0)
-    key = autotune.cache_key(plain.source, [m, n, k])
+    fused = generate_mm_template(template, fused_removed, buffers, 0)
+    key = autotune.cache_key(fused.source, [fused.ynumel, fused.numel])
     path = subdir("autotune") / f"mm-{key}.json"
     entry = _read(path, configs)
     how = "cached"
     if entry is None:
-        entry = time_choices(kernel, plain, configs)
+        unfused = None
+        if epilogue is not None:
+            from inductor.codegen.triton import generate_triton_kernel
+
+            unfused = generate_triton_kernel(epilogue, removed, buffers, 0)
+        entry = time_choices(template.mm, fused, unfused, buffers)
         write_atomic(path, json.dumps(entry, indent=1) + "\n")
         how = "timed"
     library, best, best_ms = entry["library_ms"], entry["config"], entry["template_ms"]
-    log.info("mm %s: library %.4f ms, template %.4f ms (%s)", [m, n, k], library, best_ms, how)
+    log.info("mm %s: library %.4f ms, template %.4f ms (%s)",
+             [fused.ynumel, fused.numel], library, best_ms, how)
     if best is None or not best_ms < library:
         return [], f"{how}: library {library:.4f} ms, template {best_ms:.4f} ms"
     return [best], f"{how}: {best_ms:.4f} ms, library {library:.4f} ms"
@@ -255,49 +269,72 @@ def _read(path: Any, configs: list[dict[str, int]]) -> dict | None:
     return None
 
 
-def time_choices(kernel: FallbackKernel, plain: Any, configs: list[dict[str, int]]) -> dict:
-    """Time the library call and the template (``plain``: no epilogue) under each config
-    on random inputs laid out as the graph's."""
+def time_choices(kernel: FallbackKernel, fused: Any, unfused: Any,
+                 buffers: dict[str, Any]) -> dict:
+    """Time the library call followed by ``unfused`` (the epilogue's own kernel, or None)
+    against ``fused`` (the template with the epilogue) under each of its configs, on
+    random inputs laid out as the graph's."""
     from inductor.codecache import TritonCodeCache
     from inductor.launcher import precompile
 
     a, b = kernel.args
     (product,) = kernel.outputs
     memory: dict[str, torch.Tensor] = {}
-    for x in (a, b):  # (x.t() @ x: one buffer, big enough for both views)
-        flat = _random_memory(x)
+    for x in (a, b, *(buffers[name] for name in fused.args + (unfused.args if unfused
+                                                                  else []))):
+        flat = _random_memory(x)  # (x.t() @ x: one buffer, big enough for both views)
         if x.name not in memory or memory[x.name].numel() < flat.numel():
             memory[x.name] = flat
-    memory[product.name] = torch.empty(product.layout.size, dtype=product.get_dtype(),
-                                       device=product.layout.device)
-    views = [memory[x.name].as_strided([int(s) for s in x.layout.size],
-                                       [int(s) for s in x.layout.stride],
-                                       int(getattr(x, "offset", 0))) for x in (a, b)]
-    library = autotune.benchmark(lambda: torch.mm(*views), {"library": 1})
-    fn = TritonCodeCache.load(plain.source, plain.name)
-    args = [memory[name] for name in plain.args] + [plain.ynumel, plain.numel]
+    views = [_view(memory[x.name], x) for x in (a, b)]
+    result = _view(memory.setdefault(product.name, _random_memory(product)), product)
+    library = [lambda: torch.mm(*views, out=result)]
+    if unfused is not None:
+        epilogue = _launcher(unfused, memory)
+        library.append(lambda: epilogue(unfused.launch))
+    library_ms = autotune.benchmark(lambda: [call() for call in library], {"library": 1})
+    fn = TritonCodeCache.load(fused.source, fused.name)
     if not _interpreting():  # compile every config at once, on threads
-        precompile([(fn, tuple(t.dtype if isinstance(t, torch.Tensor) else t for t in args),
-                     dict(c)) for c in configs])
+        args = [memory[name].dtype for name in fused.args] + fused.size_args()
+        precompile([(fn, tuple(args), dict(c)) for c in fused.configs])
+    template = _launcher(fused, memory, fn)
     timings = []
-    for config in configs:
-        grid = (-(-plain.numel // config["XBLOCK"]), -(-plain.ynumel // config["YBLOCK"]), 1)
+    for config in fused.configs:
         try:
-            ms = autotune.benchmark(lambda c=config, g=grid: fn[g](*args, **c), config)
+            ms = autotune.benchmark(lambda c=config: template(c), config)
         except Exception as e:  # noqa: BLE001 - a config this GPU cannot run: not a candidate
             log.info("mm template config %s failed (%s); skipped", config, e)
             ms = float("inf")
         timings.append((config, float(ms)))
     best, best_ms = min(timings, key=lambda t: t[1])
-    return {"sizes": [int(plain.ynumel), int(plain.numel)], "device": autotune.device_name(),
-            "library_ms": float(library), "config": best if best_ms < float("inf") else None,
-            "template_ms": best_ms if best_ms < float("inf") else float("nan"),
+    found = best_ms < float("inf")
+    return {"sizes": [int(fused.ynumel), int(fused.numel)], "device": autotune.device_name(),
+            "library_ms": float(library_ms), "config": best if found else None,
+            "template_ms": best_ms if found else float("nan"),
             "timings_ms": [[c, ms] for c, ms in timings]}
 
 
+def _launcher(source: Any, memory: dict[str, torch.Tensor], fn: Any = None) -> Any:
+    """``config -> launch`` of a printed kernel on the tensors in ``memory``."""
+    from inductor.codecache import TritonCodeCache
+
+    fn = fn or TritonCodeCache.load(source.source, source.name)
+    tuner = autotune.Autotuner(fn, source)
+    args = [memory[name] for name in source.args] + [int(s) for s in source.size_args()]
+    return lambda config: tuner.launch(config, args)
+
+
+def _view(memory: torch.Tensor, buffer: Buffer) -> torch.Tensor:
+    layout = buffer.layout
+    return memory.as_strided([int(s) for s in layout.size], [int(s) for s in layout.stride],
+                             int(getattr(buffer, "offset", 0)))
+
+
 def _random_memory(arg: Buffer) -> torch.Tensor:
-    """A flat tensor big enough for ``arg``'s view of its buffer, of random values."""
+    """A flat tensor big enough for ``arg``'s view of its buffer: random floats, zeros of
+    any other dtype."""
     layout = arg.layout
     extent = int(getattr(arg, "offset", 0)) + 1 + sum(
         (int(n) - 1) * abs(int(s)) for n, s in zip(layout.size, layout.stride))
+    if not layout.dtype.is_floating_point:
+        return torch.zeros(extent, device=layout.device, dtype=layout.dtype)
     return torch.randn(extent, device=layout.device, dtype=torch.float32).to(layout.dtype)

@@ -107,6 +107,17 @@ class EpilogueKernel(TritonTiledKernel):
         return self.value if name == self.product else super().load(name, index)
 
 
+def wrapped(index: str, extent: str, block: str, contiguous: bool) -> str:
+    """Rows (columns) past the edge read row (column) ``index % extent`` instead: no mask
+    in the loop. Where the operand is contiguous along this side, Triton is told the
+    indices are runs of ``block`` (they are, but for the wrap at a multiple of 16), so
+    it loads them as vectors; without that, a transposed operand was read an element at
+    a time (15 times slower, measured on the H200)."""
+    if not contiguous:
+        return f"{index} % {extent}"
+    return f"tl.max_contiguous(tl.multiple_of({index} % {extent}, {block}), {block})"
+
+
 def dot_precision(dtype: torch.dtype) -> str:
     """``tl.dot``'s keyword for float32 inputs: what eager's library call would do."""
     if dtype in LOW_PRECISION:
@@ -169,8 +180,8 @@ def generate_mm_template(group: Any, removed: set[str], buffers: dict[str, Any],
         "    xtile = (pid % width) // rows",
         f"    rm = ytile{wide} * YBLOCK + tl.arange(0, YBLOCK)",
         f"    rn = xtile{wide} * XBLOCK + tl.arange(0, XBLOCK)",
-        "    ra = tl.where(rm < ynumel, rm, 0)",
-        "    rb = tl.where(rn < xnumel, rn, 0)",
+        f"    ra = {wrapped('rm', 'ynumel', 'YBLOCK', sam == 1 and m % 16 == 0)}",
+        f"    rb = {wrapped('rn', 'xnumel', 'XBLOCK', sbn == 1 and n % 16 == 0)}",
         "    rk = tl.arange(0, KBLOCK)",
         f"    a_ptrs = {in_a} + ({a_offset} + ra[:, None] * {sam} + rk[None, :] * {sak})",
         f"    b_ptrs = {in_b} + ({b_offset} + rk[:, None] * {sbk} + rb[None, :] * {sbn})",
