@@ -104,3 +104,37 @@ def scheduling_examples(write) -> None:
     torch.testing.assert_close(compiled(x), x.t().sin())
     (record,) = compiled.graphs
     write("inductor/autotune_wrapper.py", call_only(record.artifacts["wrapper"]))
+    template_example(write)
+
+
+def template_example(write) -> None:
+    """A Linear and GELU under ``max-autotune`` with the matmul template forced on
+    (``MINIPT2_MM_TEMPLATE=1``: this machine may have no GPU to time the choice on): the
+    template kernel with its epilogue, the wrapper, and the fusion log's verdict."""
+    import os
+
+    import driver
+
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(64, 96)
+    x = torch.randn(48, 64)
+    fn = lambda a: torch.nn.functional.gelu(layer(a))  # noqa: E731
+    before = os.environ.get("MINIPT2_MM_TEMPLATE")
+    os.environ["MINIPT2_MM_TEMPLATE"] = "1"
+    try:
+        driver.reset()
+        compiled = driver.compile(fn, mode="max-autotune", options={"target": "triton"})
+        with torch.no_grad():
+            torch.testing.assert_close(compiled(x), fn(x), atol=1e-4, rtol=1e-4)
+    finally:
+        if before is None:
+            del os.environ["MINIPT2_MM_TEMPLATE"]
+        else:
+            os.environ["MINIPT2_MM_TEMPLATE"] = before
+    (record,) = compiled.graphs
+    (kernel,) = [v for k, v in record.artifacts.items() if k.startswith("kernels/")]
+    assert "tl.dot(" in kernel, "the Linear should have become a template"
+    write("inductor/mm_template_triton.py", kernel_only(kernel, "triton"))
+    write("inductor/mm_template_wrapper.py", call_only(record.artifacts["wrapper"]))
+    verdicts = [line for line in record.artifacts["fusion"].splitlines() if "= mm:" in line]
+    write("inductor/mm_template_fusion.txt", "\n".join(verdicts) + "\n")

@@ -118,6 +118,10 @@ def wrapped(index: str, extent: str, block: str, contiguous: bool) -> str:
     return f"tl.max_contiguous(tl.multiple_of({index} % {extent}, {block}), {block})"
 
 
+def start(offset: int) -> str:
+    return f"{offset} + " if offset else ""
+
+
 def dot_precision(dtype: torch.dtype) -> str:
     """``tl.dot``'s keyword for float32 inputs: what eager's library call would do."""
     if dtype in LOW_PRECISION:
@@ -183,8 +187,8 @@ def generate_mm_template(group: Any, removed: set[str], buffers: dict[str, Any],
         f"    ra = {wrapped('rm', 'ynumel', 'YBLOCK', sam == 1 and m % 16 == 0)}",
         f"    rb = {wrapped('rn', 'xnumel', 'XBLOCK', sbn == 1 and n % 16 == 0)}",
         "    rk = tl.arange(0, KBLOCK)",
-        f"    a_ptrs = {in_a} + ({a_offset} + ra[:, None] * {sam} + rk[None, :] * {sak})",
-        f"    b_ptrs = {in_b} + ({b_offset} + rk[:, None] * {sbk} + rb[None, :] * {sbn})",
+        f"    a_ptrs = {in_a} + ({start(a_offset)}ra[:, None] * {sam} + rk[None, :] * {sak})",
+        f"    b_ptrs = {in_b} + ({start(b_offset)}rk[:, None] * {sbk} + rb[None, :] * {sbn})",
         "    acc = tl.full([YBLOCK, XBLOCK], 0.0, tl.float32)",
         f"    for k_start in range(0, {k}, KBLOCK):",
         *([] if even_k else [f"        k_left = {k} - k_start"]),
