@@ -162,7 +162,7 @@ MODELS = {
 # ---------------------------------------------------------------------------- one model
 
 def measure(name: str, kind: str, dtype: torch.dtype, device: str, size: str,
-            peer: bool) -> dict:
+            peer: bool, mode: str = "default") -> dict:
     from common import first_call, rel_error, time_rounds
     from dynamo.exc import FallbackWarning
 
@@ -202,12 +202,14 @@ def measure(name: str, kind: str, dtype: torch.dtype, device: str, size: str,
         return infer_step
 
     row = {"model": name, "kind": kind, "dtype": str(dtype).replace("torch.", "")}
+    if mode != "default":
+        row["mode"] = mode
     eager_model = fresh()
     fns = {"eager": step_of(eager_model, eager_model.parameters())}
     want = fns["eager"]()
     ours_model = fresh()
     driver.reset()
-    compiled = driver.compile(ours_model)
+    compiled = driver.compile(ours_model, mode=mode)
     fns["minipt2"] = step_of(compiled, ours_model.parameters())
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", FallbackWarning)
@@ -221,7 +223,8 @@ def measure(name: str, kind: str, dtype: torch.dtype, device: str, size: str,
     if peer:
         torch.compiler.reset()
         peer_model = fresh()
-        fns["torch_compile"] = step_of(torch.compile(peer_model), peer_model.parameters())
+        fns["torch_compile"] = step_of(torch.compile(peer_model, mode=mode),
+                                       peer_model.parameters())
         try:
             out, row["torch_compile_s"] = first_call(fns["torch_compile"], ())
             row["torch_compile_error"] = rel_error(out, want)
@@ -248,6 +251,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--out", default=None, help="write the rows as JSON here")
     p.add_argument("--jobs", type=int, default=1,
                    help="children at once (>1: a sweep; the times are then not comparable)")
+    p.add_argument("--mode", default="default", help="both compilers' mode (max-autotune, ...)")
     p.add_argument("--one", default=None, help=argparse.SUPPRESS)  # NAME:KIND, in a child
     a = p.parse_args(argv)
     device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -255,7 +259,7 @@ def main(argv: list[str] | None = None) -> None:
     dtype = getattr(torch, a.dtype)
     if a.one:
         name, kind = a.one.split(":")
-        row = measure(name, kind, dtype, device, size, not a.no_torch_compile)
+        row = measure(name, kind, dtype, device, size, not a.no_torch_compile, a.mode)
         print("ROW " + json.dumps(row), flush=True)
         return
     names = list(MODELS) if a.models == "all" else a.models.split(",")
@@ -284,7 +288,8 @@ def main(argv: list[str] | None = None) -> None:
 def run_child(name: str, kind: str, a: argparse.Namespace, size: str) -> dict:
     """One model and kind in a process of its own, under ``--timeout``: its row."""
     cmd = [sys.executable, __file__, "--one", f"{name}:{kind}", "--dtype", a.dtype,
-           "--size", size] + (["--no-torch-compile"] if a.no_torch_compile else [])
+           "--size", size, "--mode", a.mode] + (["--no-torch-compile"] if a.no_torch_compile
+                                                else [])
     start = time.perf_counter()
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=a.timeout)
