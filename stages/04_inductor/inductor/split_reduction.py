@@ -41,15 +41,21 @@ OUTER_TARGET_ROWS, OUTER_MAX_ROWS = 32768, 16384
 MIN_CHUNK = 1024  # elements each partial reduces, at least
 OUTER_MIN_CHUNK = 256  # a column sum's partial: rows of 32 outputs each
 SPLIT_DEVICES = {"cuda"}  # tests add "cpu" to run split kernels on both printers
+# [Note: rows that need no split]: a row sum with this many rows or more, each of at most
+# this many bytes, stays one kernel
+ENOUGH_ROWS, SHORT_ROW_BYTES = 32, 512 * 1024
 
 
 # --8<-- [start:choose-splits]
-def choose_splits(numel: int, rnumel: int, outer: bool = False) -> int:
+def choose_splits(numel: int, rnumel: int, outer: bool = False, row_bytes: int = 0) -> int:
     """How many chunks to cut each row into (1: don't split). ``outer``: a column sum,
-    whose kernel takes 32 outputs a program ([Note: split column sums])."""
+    whose kernel takes 32 outputs a program ([Note: split column sums]); ``row_bytes``:
+    what one row reads ([Note: rows that need no split]; 0: not known)."""
     target, limit = (OUTER_TARGET_ROWS, OUTER_MAX_ROWS) if outer else (TARGET_ROWS, MAX_ROWS)
     smallest = OUTER_MIN_CHUNK if outer else MIN_CHUNK
     if numel >= limit or rnumel < 2 * smallest:
+        return 1
+    if not outer and numel >= ENOUGH_ROWS and 0 < row_bytes <= SHORT_ROW_BYTES:
         return 1
     splits = 1
     while (numel * splits * 2 <= target and rnumel // (splits * 2) >= smallest
@@ -57,6 +63,22 @@ def choose_splits(numel: int, rnumel: int, outer: bool = False) -> int:
         splits *= 2
     return splits
 # --8<-- [end:choose-splits]
+
+
+# --8<-- [start:no-split]
+# [Note: rows that need no split]
+# A split costs the host a second launch and the partials' allocation, and the GPU time it
+# saves is small when the rows are short: BatchNorm's statistics in the benchmark convnet,
+# 64 channels of 32,768 or 131,072 elements (128 to 512 KiB a row in float32), run as 64
+# programs that each stream one row. The convnet's training step is bound by its host (the
+# GPU is busy 1.2 of its 2.7 ms), and its ten BatchNorm reductions were twenty launches. On
+# the H200, in one process (``benchmarks/scratch/split1.py``, do_bench, median of five
+# rounds), leaving rows of up to 512 KiB unsplit took the step from 0.91x to 1.05x of eager
+# in bfloat16 and from 0.88x to 1.07x in float32; leaving only the 128 KiB rows unsplit gave
+# 0.99x and 0.89x. A reduction with fewer than 32 rows still splits (graph_breaks' mean, one
+# row of 8 M elements, would be one program: 0.17x when it was left whole), and so does a
+# column sum, whose programs take 32 outputs each ([Note: split column sums]).
+# --8<-- [end:no-split]
 
 
 # --8<-- [start:split-column-sums]
@@ -105,7 +127,7 @@ def split_reduction(value: Reduction, realize: Callable[[Any], Any]) -> Reductio
         return None
     rnumel = math.prod(rranges)
     outer = walks_rows(value)
-    splits = choose_splits(math.prod(ranges), rnumel, outer)
+    splits = choose_splits(math.prod(ranges), rnumel, outer, rnumel * value.dtype.itemsize)
     if splits == 1:
         return None
     chunk = rnumel // splits

@@ -32,6 +32,11 @@ def test_choose_splits():
     assert sr.choose_splits(1, 2047) == 1  # halves would be below the smallest chunk
     assert sr.choose_splits(1, 1 << 20) == 1024  # 1024 rows of 1024
     assert sr.choose_splits(3, 1000) == 1  # short rows: nothing to gain
+    # [Note: rows that need no split]: 64 rows of up to 512 KiB stay whole ...
+    assert sr.choose_splits(64, 131072, row_bytes=4 * 131072) == 1
+    assert sr.choose_splits(64, 131072, row_bytes=8 * 131072) == 16  # (float64: too long)
+    assert sr.choose_splits(16, 32768, row_bytes=4 * 32768) == 32  # ... but 16 rows split
+    assert sr.choose_splits(768, 8192, outer=True, row_bytes=2 * 8192) == 32  # column sums too
     assert sr.choose_splits(2, 3 * 4096) == 8  # chunks of 1536; 16 would make them 768
     assert sr.choose_splits(1, 3 * 5 * 7 * 67) == 1  # odd: no power of two divides it
 
