@@ -173,6 +173,7 @@ def test_the_faster_of_library_and_template_wins_and_is_cached(templates, monkey
     assert clock.timed[0] == {"library": 1} and clock.timed[1:len(configs) + 1] == configs
     template = library_ms > 1.0
     assert ("triton_tem_mm" in wrappers(c)) == template
+    assert len(list(templates.glob("**/autotune/mm-*.json"))) == 1  # the choice, on disk
     if template:  # the first config was fastest, and the template keeps only it
         (source,) = kernel_sources(c)
         assert "tl.dot(" in source
@@ -186,3 +187,22 @@ def test_the_faster_of_library_and_template_wins_and_is_cached(templates, monkey
     c = compiled(fn)
     torch.testing.assert_close(c(a, b), fn(a, b), **TOL[torch.float32])
     assert ("triton_tem_mm" in wrappers(c)) == template
+
+
+def test_a_failed_timing_keeps_the_library_and_is_not_cached(templates, monkeypatch):
+    """Timing runs on the GPU at compile time; if it fails (out of memory, say), the call
+    stays a library call, the program runs, and the next compile tries again."""
+    monkeypatch.delenv("MINIPT2_MM_TEMPLATE")
+    monkeypatch.setattr(autotune, "can_time", lambda: True)
+
+    def broken(launch, config):
+        raise RuntimeError("CUDA out of memory (a test)")
+
+    monkeypatch.setattr(autotune, "benchmark", broken)
+    a, b = torch.randn(32, 48, device=DEV), torch.randn(48, 40, device=DEV)
+    fn = lambda p, q: torch.relu(p @ q)  # noqa: E731
+    c = compiled(fn)
+    torch.testing.assert_close(c(a, b), fn(a, b), **TOL[torch.float32])
+    assert "triton_tem_mm" not in wrappers(c)
+    assert "timing failed: RuntimeError" in c.graphs[0].artifacts["fusion"]
+    assert not list(templates.glob("**/autotune/mm-*.json"))
