@@ -117,8 +117,9 @@ def direct_launches() -> bool:
 
 
 def tuned_kernels(kernels: Any, target: str, autotune: bool) -> frozenset[str]:
-    """The kernels launched through an ``Autotuner``: every Triton kernel under max-autotune;
-    in the other modes, with ``MINIPT2_TUNE_REDUCTIONS=1`` on a GPU, the reductions over
+    """The kernels launched through an ``Autotuner``: under max-autotune, every Triton kernel
+    with more than one candidate config (a matmul template keeps only its winner); in the
+    other modes, with ``MINIPT2_TUNE_REDUCTIONS=1`` on a GPU, the reductions over
     static sizes ([Note: tuning reductions by default])."""
     if target != "triton":
         return frozenset()
@@ -200,12 +201,13 @@ def lower_and_print(prims_gm: torch.fx.GraphModule, example_inputs: list[Any], t
     outputs = {o.name for o in graph.graph_outputs if isinstance(o, Buffer)}
     scheduler = Scheduler(graph.operations, outputs, graph.origins)
     if templates:
+        clock.lap("scheduling (fusion)")
         scheduler.groups = use_templates(scheduler.groups, graph.buffer_by_name,
                                          scheduler.removed, outputs, scheduler.log)
-        clock.lap("choosing template or library for each matrix multiply")
     scheduler.groups = fold_bias_adds(scheduler.groups, outputs, scheduler.log,
                                       graph.buffer_by_name, scheduler.removed)  # [Note: linear]
-    clock.lap("scheduling (fusion)")
+    clock.lap("choosing template or library for each matrix multiply" if templates
+              else "scheduling (fusion)")
     artifacts["fusion"] = "\n".join(_describe_groups(scheduler) + [""] + scheduler.log)
     kernels = generate_kernels(scheduler, graph, target)
     clock.lap(f"printing {len(kernels)} kernels")
