@@ -108,13 +108,16 @@ def test_column_reductions_like_eager(case, columns, fresh_driver):
     from inductor.codegen.cpp import CppKernel
 
     fn = COLUMN_CASES[case]
+    torch.manual_seed(columns)
     x = torch.randn(64, columns) * 3
     x[5, 3], x[7, 9], x[9, 10] = float("nan"), float("inf"), -float("inf")
     compiled = fresh_driver.compile(fn, options={"target": "cpp"})
     got, want = compiled(x), fn(x)
     for g, w in zip(got if isinstance(got, tuple) else (got,),
                     want if isinstance(want, tuple) else (want,)):
-        torch.testing.assert_close(g, w, equal_nan=True)
+        # 64 float32 terms of size ~3, added in another order than eager's: up to about
+        # 64 * 2**-24 * 24 apart (one clean-clone CI run, unseeded, saw 1.3e-5)
+        torch.testing.assert_close(g, w, equal_nan=True, rtol=1.3e-6, atol=1e-4)
     sources = "".join(v for r in compiled.graphs for k, v in r.artifacts.items()
                       if k.startswith("kernels/"))
     assert ("xb += " in sources) == (columns % CppKernel.XLANES == 0)
