@@ -75,9 +75,10 @@ def choose_splits(numel: int, rnumel: int, outer: bool = False, row_bytes: int =
 # the H200, in one process (``benchmarks/scratch/split1.py``, do_bench, median of five
 # rounds), leaving rows of up to 512 KiB unsplit took the step from 0.91x to 1.05x of eager
 # in bfloat16 and from 0.88x to 1.07x in float32; leaving only the 128 KiB rows unsplit gave
-# 0.99x and 0.89x. A reduction with fewer than 32 rows still splits (graph_breaks' mean, one
-# row of 8 M elements, would be one program: 0.17x when it was left whole), and so does a
-# column sum, whose programs take 32 outputs each ([Note: split column sums]).
+# 0.99x and 0.89x. A reduction with fewer than 32 rows still splits (graph_breaks' mean is
+# one row of 8 M elements, one program if whole), and so does a column sum, whose programs
+# take 32 outputs each ([Note: split column sums]): leaving both of graph_breaks' kinds
+# whole took its step to 0.17x of eager in bfloat16.
 # --8<-- [end:no-split]
 
 
