@@ -138,14 +138,9 @@ def fold_bias_adds(groups: list, output_names: set[str], log: list[str],
     by one ``addmm`` library call; see [Note: linear]. ``buffers``: the graph's, by name;
     ``removed``: the buffers that live only inside their kernel (a kernel of several nodes
     gives up its bias add only when that node is stored anyway)."""
-    from inductor.scheduler import ExternNode, FusedGroup
+    from inductor.scheduler import ExternNode, FusedGroup, reader_counts
 
-    readers: dict[str, int] = {}
-    for group in groups:
-        names = (group.kernel.input_names() if isinstance(group, ExternNode)
-                 else group.read_names())
-        for name in names:
-            readers[name] = readers.get(name, 0) + 1
+    readers = reader_counts(groups)
     out: list = []
     for group in groups:
         previous = out[-1] if out else None

@@ -47,7 +47,7 @@ import torch
 from inductor import autotune
 from inductor.codecache import subdir, write_atomic
 from inductor.ir import Buffer, FallbackKernel
-from inductor.scheduler import ExternNode, FusedGroup
+from inductor.scheduler import ExternNode, FusedGroup, reader_counts
 
 log = logging.getLogger("minipt2.autotune")
 aten = torch.ops.aten
@@ -176,12 +176,7 @@ def use_templates(groups: list, buffers: dict[str, Any], removed: set[str],
     """``groups`` with each ``mm`` that a template should run replaced by a
     ``TemplateGroup``, the next group folded in when it fits; ``removed`` gains the
     products nothing else reads."""
-    readers: dict[str, int] = {}
-    for group in groups:
-        names = (group.kernel.input_names() if isinstance(group, ExternNode)
-                 else group.read_names())
-        for name in names:
-            readers[name] = readers.get(name, 0) + 1
+    readers = reader_counts(groups)
     out: list = []
     i = 0
     while i < len(groups):

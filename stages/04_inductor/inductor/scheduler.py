@@ -393,6 +393,15 @@ class FusedGroup:
         return set(names)
 
 
+def reader_counts(groups: Sequence[Any]) -> dict[str, int]:
+    """Buffer name -> how many of ``groups`` (kernels and library calls) read it."""
+    readers: dict[str, int] = {}
+    for group in groups:
+        for name in Scheduler.reads_of(group):
+            readers[name] = readers.get(name, 0) + 1
+    return readers
+
+
 def space_with(nodes: Sequence[SchedulerNode], node: SchedulerNode | None) -> Space:
     """The space a kernel of ``nodes`` (plus ``node``) loops over: the first reduction's."""
     members = [*nodes, node] if node is not None else list(nodes)
