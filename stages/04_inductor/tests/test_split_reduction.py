@@ -132,6 +132,22 @@ def test_many_rows_are_not_split(target):
     assert_close(out, x.sum(1), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("channels,split", [(32, False), (16, True)])
+def test_enough_short_rows_are_not_split(target, channels, split):
+    """[Note: rows that need no split]: BatchNorm's statistics over [8, C, 32, 32], rows of
+    8192 float32 (32 KiB): 32 channels stay one kernel, 16 split in two."""
+    torch.manual_seed(0)
+    x = torch.randn(8, channels, 32, 32)
+
+    def fn(p, a):
+        return (p.sum(a, [0, 2, 3]),)
+
+    compiled, (out,) = compile_and_run(fn, [x], target)
+    assert compiled.kernel_count == (2 if split else 1)
+    assert_close(out, x.sum([0, 2, 3]), rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize("shape", [(300, 64), (1000, 33), (64, 4096)])
 def test_column_sums_use_the_outer_reduction_tile(shape, monkeypatch):
     """[Note: outer reductions]: a sum over dim 0 of a row-major matrix takes many outputs
