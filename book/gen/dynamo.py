@@ -1,6 +1,6 @@
 """Outputs of the Dynamo chapter: bytecode, a captured module graph, its guards, an
-autocast region's graph and example dtypes, explain output for a graph break, and the
-bytecode of a resume function. All made from the code as
+autocast region's graph and example dtypes, explain output for a graph break, the
+bytecode of a resume function and the generated rebuild after a break. All made from the code as
 it is when the book is built."""
 
 from __future__ import annotations
@@ -18,6 +18,20 @@ def scaled_sum(x, weights):
     for w in weights:
         total = total + w * x
     return total
+
+
+class Logged(torch.nn.Module):
+    """A forward with a ``print`` in the middle, as in the benchmark's graph_breaks."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(8, 8)
+        self.sink = io.StringIO()
+
+    def forward(self, x):
+        h = F.gelu(self.fc(x))
+        print("step", x.shape[0], file=self.sink)
+        return h * 0.5
 
 
 class TinyMLP(torch.nn.Module):
@@ -92,4 +106,11 @@ def generate(write) -> None:
 
     resume = [fn for (code, *_), fn in _resume_functions.items() if code is item_branch.__code__]
     write("dynamo/resume_bytecode.txt", _dis(resume[0].__code__))
+    dynamo.reset()
+
+    opt = dynamo.optimize(recording)(Logged().forward)
+    for _ in range(2):
+        opt(torch.randn(4, 8))
+    (entry,) = [e for e in dynamo.cache_entries(opt) if e.break_point is not None]
+    write("dynamo/rebuild_function.py", entry.rebuild.source_text.strip())
     dynamo.reset()

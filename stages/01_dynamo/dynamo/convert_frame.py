@@ -22,7 +22,14 @@ from typing import Any
 import torch
 
 from . import config
-from .codegen import Residual, rebuild_stack, resume_args, resume_plan, run_instruction
+from .codegen import (
+    Residual,
+    rebuild_function,
+    rebuild_stack,
+    resume_args,
+    resume_plan,
+    run_instruction,
+)
 from .exc import (
     BackendCompilerFailed,
     FallbackWarning,
@@ -106,13 +113,27 @@ class CacheEntry:
         the caller ran it already."""
         if outputs is None:
             outputs = self.compiled_fn(*inputs) if self.compiled_fn is not None else ()
-        rt = Residual(dict(zip(self.output_nodes, outputs)), frame.namespace())
-        self.side_effects.replay(rt)
-        if self.break_point is None:
-            return self.output.reconstruct(rt)
+        rebuild = self.rebuild
         bp = self.break_point
-        stack = rebuild_stack(bp.stack, rt)
-        local_values = {name: v.reconstruct(rt) for name, v in bp.live.items()}
+        if rebuild is not None:  # [Note: the rebuild as one function]
+            values = rebuild(outputs, frame.namespace(), self.invoke)
+            if bp is None:
+                return values[0]
+            if self.calls_in_rebuild:  # the break's CALL was made too: continue after it
+                depth = len(bp.stack) - bp.inst.arg - 1
+                stack, local_values = values[:depth], dict(zip(bp.live, values[depth:]))
+                resume, live = self.continuation(frame, self.resume_offset, stack,
+                                                 local_values)
+                return resume(*resume_args(stack, local_values, live))
+            depth = len(bp.stack)
+            stack, local_values = values[:depth], dict(zip(bp.live, values[depth:]))
+        else:
+            rt = Residual(dict(zip(self.output_nodes, outputs)), frame.namespace())
+            self.side_effects.replay(rt)
+            if bp is None:
+                return self.output.reconstruct(rt)
+            stack = rebuild_stack(bp.stack, rt)
+            local_values = {name: v.reconstruct(rt) for name, v in bp.live.items()}
         if self.handler is None:
             target = run_instruction(bp.inst, stack, bp.kw_names, self.invoke)
         else:  # [Note: a break inside a try block]
@@ -125,6 +146,31 @@ class CacheEntry:
         resume, live = self.continuation(frame, offset, stack, local_values)
         return resume(*resume_args(stack, local_values, live))
     # --8<-- [end:run-entry]
+
+    @functools.cached_property
+    def rebuild(self) -> Callable[[Any, dict[str, Any]], list[Any]] | None:
+        """What ``run`` rebuilds after the graph (the return value; or the stack, then the
+        live locals), as one generated function; None where the interpreted path is kept:
+        side effects to replay, or a tracker ``rebuild_function`` does not know."""
+        if not self.side_effects.is_empty():
+            return None
+        bp = self.break_point
+        if bp is None:
+            return rebuild_function([self.output], self.output_nodes)
+        trackers = [*bp.stack, *bp.live.values()]
+        if self.calls_in_rebuild:
+            found = rebuild_function(trackers, self.output_nodes,
+                                     (len(bp.stack), bp.inst.arg, bp.kw_names))
+            if found is not None:
+                return found
+            self.calls_in_rebuild = False
+        return rebuild_function(trackers, self.output_nodes)
+
+    @functools.cached_property
+    def calls_in_rebuild(self) -> bool:
+        """Whether the rebuild function makes the break's call as well: a ``CALL`` outside
+        any ``try`` block (where an error must reach the frame's handler)."""
+        return self.break_point.inst.opname == "CALL" and self.handler is None
 
     @functools.cached_property
     def writes_inputs(self) -> bool:
