@@ -23,6 +23,7 @@ import torch
 
 from . import config
 from .codegen import (
+    PY313,
     Residual,
     rebuild_function,
     rebuild_stack,
@@ -330,7 +331,11 @@ def convert_frame(frame: Frame, backend: Callable[..., Any], allow_breaks: bool 
         e.location = e.location or tracer.location()
         raise
     params = list(frame.arguments)
-    compiled_fn = _compile(backend, graph, output.example_inputs) if graph else None
+    compiled_fn = None
+    if graph is not None and _read_only_by_the_break(bp, output_nodes, output.side_effects):
+        compiled_fn = _without_grad(_compile_without_grad(backend, graph, output.example_inputs))
+    elif graph is not None:
+        compiled_fn = _compile(backend, graph, output.example_inputs)
     guards = output.guard_list()  # after the backend: it may have added shape guards
     resume_offset = None
     if bp is not None:
@@ -342,6 +347,77 @@ def convert_frame(frame: Frame, backend: Callable[..., Any], allow_breaks: bool 
         output_nodes=output_nodes, output=return_value, side_effects=output.side_effects,
         backend=backend, break_point=bp, resume_offset=resume_offset, dynamic=dynamic,
     )
+
+
+# --8<-- [start:read-only-by-the-break]
+# [Note: a graph whose outputs only feed .item()]
+# ``if h.mean().item() > 0:`` breaks the graph at ``.item()``; the graph before it computes the
+# mean, which requires grad when ``h`` does, so the backend gets a training graph: an
+# ``autograd.Function`` with a backward graph, saved tensors and the Function's per-call cost
+# (on the H200's host, inside the benchmark's graph_breaks step, about 45 us of a frame's
+# host time went to aotautograd's training runtime around two small kernels). Yet nothing
+# can ever ask for that gradient: the mean's only use is the break's ``.item()``, which
+# returns a Python number, and after the call the tensor is gone. When every output of the
+# graph is such a tensor (read only as the callee ``t.item()`` or ``t.tolist()`` of a break
+# ``CALL``, in no other stack slot, live local or side effect), the graph runs with grad
+# mode off, compiled that way too: aotautograd serves its inference entry, one compiled
+# call and no Function. Eager records a node for the mean that is dropped with the tensor;
+# here it is never made, which no program can observe.
+_READ_ONLY_METHODS = frozenset({"item", "tolist"})
+
+
+def _read_only_by_the_break(bp: BreakPoint | None, output_nodes: list[torch.fx.Node],
+                            side_effects: SideEffects) -> bool:
+    """Whether every graph output is only read by the break's call as ``t.item()`` or
+    ``t.tolist()``, so that no gradient can ever flow through it ([Note: a graph whose
+    outputs only feed .item()])."""
+    from .variables.misc import MethodVariable
+    from .variables.tensor import TensorVariable
+
+    if (bp is None or bp.inst.opname != "CALL" or bp.inst.arg != 0 or not output_nodes
+            or not side_effects.is_empty() or len(bp.stack) < 2):
+        return False
+    first, second = bp.stack[-2], bp.stack[-1]  # a call of no arguments: the callee's slots
+    callee, bound = ((first, second) if PY313 or not isinstance(first, NullVariable)
+                     else (second, first))
+    if not (isinstance(bound, NullVariable) and type(callee) is MethodVariable
+            and callee.name in _READ_ONLY_METHODS
+            and type(callee.obj) is TensorVariable and callee.obj.source is None):
+        return False
+    read = callee.obj.proxy.node
+    if any(node is not read for node in output_nodes):
+        return False
+
+    def mentions(value: VariableTracker) -> bool:
+        if isinstance(value, TensorVariable) and value.proxy.node is read:
+            return True
+        return any(mentions(child) for child in children(value))
+
+    others = [v for v in [*bp.stack, *bp.live.values()] if v is not callee]
+    return not any(mentions(v) for v in others)
+# --8<-- [end:read-only-by-the-break]
+
+
+def _compile_without_grad(backend: Callable[..., Any], graph: torch.fx.GraphModule,
+                          example_inputs: list) -> Callable[..., Any]:
+    with torch.no_grad():
+        return _compile(backend, graph, example_inputs)
+
+
+def _without_grad(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` called with grad mode off (and the caller's mode restored after)."""
+    set_grad_enabled, is_grad_enabled = torch._C._set_grad_enabled, torch.is_grad_enabled
+
+    def run(*args: Any) -> Any:
+        prior = is_grad_enabled()
+        set_grad_enabled(False)
+        try:
+            return fn(*args)
+        finally:
+            set_grad_enabled(prior)
+
+    run.__wrapped__ = fn  # type: ignore[attr-defined]
+    return run
 
 
 def _compile(backend: Callable[..., Any], graph: torch.fx.GraphModule, example_inputs: list

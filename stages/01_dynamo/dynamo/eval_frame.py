@@ -202,11 +202,12 @@ def _call(
     code = frame.code
     if code in _skipped:
         return run_eagerly()
+    for entry in _cache.get(code, ()):  # oldest first, like PyTorch's cache
+        if entry.backend is backend:
+            inputs = entry.check(frame)  # the graph inputs, or None: a guard failed
+            if inputs is not None:
+                return entry.run(frame, inputs)
     entries = [e for e in _cache.setdefault(code, []) if e.backend is backend]
-    for entry in entries:  # oldest first, like PyTorch's cache
-        inputs = entry.check(frame)  # the graph inputs, or None: a guard failed
-        if inputs is not None:
-            return entry.run(frame, inputs)
     if len(entries) >= config.recompile_limit:  # [Note: recompile limit]
         _recompile_limit_hit(frame, entries[-1])
         return run_eagerly()

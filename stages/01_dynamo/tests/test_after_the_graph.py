@@ -1,6 +1,8 @@
-"""The rebuild after a graph as one generated function ([Note: the rebuild as one function]):
-what it computes must be what the interpreted trackers compute, value for value and object
-for object, and the break's call must happen exactly once, in order."""
+"""What runs after a graph at a break, made cheaper: the rebuild as one generated function
+([Note: the rebuild as one function]), which must compute what the interpreted trackers
+compute, value for value and object for object, with the break's call made once and in order;
+and a graph whose outputs only feed ``.item()`` run without grad ([Note: a graph whose
+outputs only feed .item()]), with every gradient still eager's."""
 
 from __future__ import annotations
 
@@ -167,3 +169,84 @@ def same(a, b) -> bool:
     if isinstance(a, (list, tuple)):
         return type(a) is type(b) and len(a) == len(b) and all(map(same, a, b))
     return a == b
+
+
+# -- [Note: a graph whose outputs only feed .item()] ------------------------------------------
+def mean_then_item(x, w):
+    h = torch.tanh(x @ w)
+    print("step", file=SINK)  # the break that leaves the mean a graph of its own
+    if h.mean().item() > -2:
+        return (h * 2).sum()
+    return h.sum()
+
+
+def mean_kept(x, w):
+    h = torch.tanh(x @ w)
+    m = h.mean()
+    if m.item() > -2:
+        return (h * m).sum()  # the mean is live after the break: it needs its gradient
+    return h.sum()
+
+
+def grad_modes(fn, *args):
+    """(grad mode at each graph's compile, grad mode at each graph's calls), in order."""
+    compiled_in, called_in = [], []
+
+    def backend(gm, example_inputs):
+        compiled_in.append(torch.is_grad_enabled())
+        index = len(compiled_in) - 1
+
+        def run(*inputs):
+            called_in.append((index, torch.is_grad_enabled()))
+            return gm.forward(*inputs)
+        return run
+
+    out = dynamo.optimize(backend)(fn)(*args)
+    return out, compiled_in, called_in
+
+
+def test_a_graph_read_only_by_item_runs_without_grad():
+    x, w = torch.randn(4, 4), torch.randn(4, 4, requires_grad=True)
+    out, compiled_in, called_in = grad_modes(mean_then_item, x, w)
+    assert compiled_in == [True, False, True], compiled_in  # the mean's graph is the second
+    assert [mode for _, mode in called_in] == [True, False, True]
+    assert torch.is_grad_enabled()  # restored after the graph
+    out.backward()
+    want_w = w.detach().clone().requires_grad_()
+    mean_then_item(x, want_w).backward()
+    torch.testing.assert_close(w.grad, want_w.grad)
+
+
+def test_a_mean_that_stays_live_keeps_its_gradient():
+    x, w = torch.randn(4, 4), torch.randn(4, 4, requires_grad=True)
+    out, compiled_in, _ = grad_modes(mean_kept, x, w)
+    assert all(compiled_in), compiled_in
+    out.backward()
+    want_w = w.detach().clone().requires_grad_()
+    mean_kept(x, want_w).backward()
+    torch.testing.assert_close(w.grad, want_w.grad)
+
+
+def test_the_item_graph_through_the_inductor_backend():
+    """Through aotautograd and inductor the mean's graph is served by the inference entry
+    (no autograd.Function), and the training step around it matches eager."""
+    import driver
+
+    x, w = torch.randn(8, 8), torch.randn(8, 8, requires_grad=True)
+    fn = driver.compile(mean_then_item)
+    for _ in range(2):
+        w.grad = None
+        fn(x, w).backward()
+    got = w.grad.clone()
+    w.grad = None
+    mean_then_item(x, w).backward()
+    torch.testing.assert_close(got, w.grad)
+    from dynamo import eval_frame
+
+    graphs = [e.compiled_fn for entries_ in eval_frame._cache.values() for e in entries_
+              if e.compiled_fn is not None]
+    (run,) = [g for g in graphs if hasattr(g, "__wrapped__")]  # the mean's graph
+    assert "wrapper" in run.__wrapped__.artifacts
+    assert "backward/wrapper" not in run.__wrapped__.artifacts  # an inference graph
+    trained = [g for g in graphs if not hasattr(g, "__wrapped__")]
+    assert trained and all("backward/wrapper" in g.artifacts for g in trained)
