@@ -44,7 +44,7 @@ from inductor.exc import CompileError
 from inductor.graph import GraphLowering, align_library_args
 from inductor.inplace import inplace_writes
 from inductor.ir import Buffer, ComputedBuffer
-from inductor.launcher import Launcher, precompile
+from inductor.launcher import Launcher, LaunchSite, precompile
 from inductor.linear import fold_bias_adds
 from inductor.mm_template import TemplateGroup, use_templates
 from inductor.scheduler import FusedGroup, Scheduler
@@ -175,7 +175,11 @@ def compile_fx_inner(prims_gm: torch.fx.GraphModule, example_inputs: list[Any], 
         return compile_fx_inner(prims_gm, example_inputs, target="fallback")
     namespace, autotuners = bind_launchers(namespace, kernels, graph, tuned, target, clock)
     namespace.update(wrapper.constants)
-    call = exec_python_source(source, "wrapper", "call", namespace)["call"]
+    scope = exec_python_source(source, "wrapper", "call", namespace)
+    call = scope["call"]
+    for name, value in scope.items():  # [Note: a launch site as one function]
+        if isinstance(value, LaunchSite):
+            value.home = (scope, name)
     if wants_cudagraphs(mode, example_inputs):  # [Note: static addresses]
         call = CudaGraphRunner(call, name=f"graph of {len(kernels)} kernels")
     clock.lap("wrapper")

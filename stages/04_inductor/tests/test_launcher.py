@@ -517,3 +517,69 @@ def test_precompile_turns_a_kernel_triton_refuses_into_a_compile_error():
     assert launcher.precompile(jobs) == 2
     with pytest.raises(CompileError, match="Triton could not compile a kernel"):
         launcher.precompile([*jobs, (Warm(refused), (torch.float32, 64), {"XBLOCK": 64})])
+
+
+# -- [Note: a launch site as one function] ----------------------------------------------------
+def homed_site(launch, name="kernel_launch"):
+    site = launcher.bind_launch(launch, (2, 1, 1), (64,), XBLOCK=32, num_warps=4)
+    namespace = {name: site}
+    site.home = (namespace, name)
+    return site, namespace
+
+
+def test_a_homed_site_becomes_one_function_that_launches_the_same_way():
+    fn, launch = make()
+    site, namespace = homed_site(launch)
+    x, out = torch.zeros(64), torch.zeros(64)
+    first = namespace["kernel_launch"](x, out)  # Triton's way; the variant is stored
+    generated = namespace["kernel_launch"]
+    assert generated is not site and "def kernel_launch(b0, b1):" in generated.source_text
+    y, out2 = torch.zeros(64), torch.zeros(64)
+    generated(y, out2)
+    site(y, out2)  # the site object launches the same call
+    assert len(fn.slow) == 1
+    made, by_site = first.calls
+    assert made == by_site
+    assert made[:7] == (2, 1, 1, 1234, "fn1", "meta", None)
+    assert made[9:] == (y.data_ptr(), out2.data_ptr(), 64, 32)
+
+
+@pytest.mark.parametrize("change", ["misaligned", "hooked"])
+def test_the_generated_site_goes_the_launchers_way_when_its_variant_does_not_apply(
+        change, monkeypatch):
+    fn, launch = make()
+    _, namespace = homed_site(launch)
+    base = torch.zeros(65)
+    namespace["kernel_launch"](base[:64], torch.zeros(64))
+    generated = namespace["kernel_launch"]
+    if change == "misaligned":
+        generated(base[1:], torch.zeros(64))  # a new specialization: Triton compiles it
+        assert len(fn.slow) == 2
+        return
+    chain = launch.runtime_knobs.launch_enter_hook
+    if hasattr(chain, "calls"):
+        monkeypatch.setattr(chain, "calls", [lambda meta: None])
+    else:
+        monkeypatch.setattr(launch.runtime_knobs, "launch_enter_hook", lambda meta: None)
+    generated(base[:64], torch.zeros(64))
+    assert len(fn.slow) == 2
+
+
+def test_a_refused_generated_launch_binds_the_site_again():
+    refused = []
+
+    class Refusing(Compiled):
+        def run(self, *args):
+            refused.append(args)
+            raise TypeError("function takes exactly 19 arguments (22 given)")
+
+    fn, launch = make()
+    fn.run = Refusing(0).run
+    site, namespace = homed_site(launch)
+    x, out = torch.zeros(64), torch.zeros(64)
+    namespace["kernel_launch"](x, out)  # Triton's way; the variant's launch is the refusing one
+    namespace["kernel_launch"](x, out)  # generated: refused, then Triton's way
+    assert len(refused) == 1 and len(fn.slow) == 2
+    assert namespace["kernel_launch"] is site and site.direct is False
+    namespace["kernel_launch"](x, out)
+    assert len(refused) == 1 and len(fn.slow) == 3
