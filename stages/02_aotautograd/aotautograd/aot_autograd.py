@@ -79,8 +79,11 @@ def aot_module_simplified(
 
     first = entry_for(example_inputs, [*example_inputs, *state()])
 
+    stateless = not state()  # a dynamo graph: its parameters are inputs already
+
     def forward(*args: object) -> tuple:
-        primals = [*args, *state()]  # read once per call: [Note: per-call cost]
+        # read once per call: [Note: per-call cost]
+        primals = args if stateless else [*args, *state()]
         run = entry_for(args, primals)
         if run.overlaps and written_input_overlaps(primals, run.overlaps):
             return run_eagerly(gm, args)  # [Note: a written input that another input sees]
