@@ -23,6 +23,7 @@ import torch
 
 from . import config
 from .codegen import (
+    NULL,
     PY313,
     Residual,
     rebuild_function,
@@ -102,6 +103,9 @@ class CacheEntry:
     dynamic: bool | None = None  # the ``dynamic=`` setting, handed on to resume functions
     # (offset, id of globals, id of closure) -> (optimized resume function, live locals)
     continuations: dict[tuple, tuple] = dataclasses.field(default_factory=dict, repr=False)
+    # (id of globals, id of closure) -> (resume function, which rebuilt values it takes):
+    # ``plan_resume``, for a break whose call the rebuild function makes
+    resumes: dict[tuple, tuple] = dataclasses.field(default_factory=dict, repr=False)
 
     def check(self, frame: Frame) -> tuple[Any, ...] | None:
         """The graph inputs of ``frame`` if this entry may serve it, else None."""
@@ -121,11 +125,11 @@ class CacheEntry:
             if bp is None:
                 return values[0]
             if self.calls_in_rebuild:  # the break's CALL was made too: continue after it
-                depth = len(bp.stack) - bp.inst.arg - 1
-                stack, local_values = values[:depth], dict(zip(bp.live, values[depth:]))
-                resume, live = self.continuation(frame, self.resume_offset, stack,
-                                                 local_values)
-                return resume(*resume_args(stack, local_values, live))
+                found = self.resumes.get((id(frame.f_globals), id(frame.cells)))
+                if found is None:
+                    found = self.plan_resume(frame, values)
+                resume, picks = found
+                return resume(*[values[i] for i in picks])
             depth = len(bp.stack)
             stack, local_values = values[:depth], dict(zip(bp.live, values[depth:]))
         else:
@@ -166,6 +170,20 @@ class CacheEntry:
                 return found
             self.calls_in_rebuild = False
         return rebuild_function(trackers, self.output_nodes)
+
+    def plan_resume(self, frame: Frame, values: list[Any]) -> tuple[Callable[..., Any], list]:
+        """(the resume function after the break's call, which of the rebuild's values it
+        takes, in order: the stack but its NULLs, then the live locals it reads), found once
+        per function object like ``continuation``."""
+        bp = self.break_point
+        depth = len(bp.stack) - bp.inst.arg - 1  # the stack after the call
+        stack, local_values = values[:depth], dict(zip(bp.live, values[depth:]))
+        resume, live = self.continuation(frame, self.resume_offset, stack, local_values)
+        names = list(bp.live)
+        picks = [i for i, value in enumerate(stack) if value is not NULL]
+        picks += [depth + names.index(name) for name in live]
+        found = self.resumes[(id(frame.f_globals), id(frame.cells))] = (resume, picks)
+        return found
 
     @functools.cached_property
     def calls_in_rebuild(self) -> bool:
