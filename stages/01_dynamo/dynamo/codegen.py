@@ -123,80 +123,95 @@ def rebuild_function(trackers: Sequence[VariableTracker], output_nodes: Sequence
     trackers are a stack of ``depth`` slots and then the live locals, the break instruction
     is a ``CALL`` of ``argc`` arguments (the last ones named by ``kw_names``), and the call
     is made too: the list is the stack as the call leaves it, then the locals."""
-    from .utils import _source_reader
+    writer = _RebuildWriter(output_nodes)
+    try:
+        slots = [writer.value(tracker) for tracker in trackers]
+        if call is not None:
+            slots = writer.call(trackers, slots, *call)
+    except _NotPlain:
+        return None
+    return writer.function(slots)
 
-    source_first, value_of, tensor_kind, list_kinds, method_kind = _reconstruct_kinds()
-    positions = {node: i for i, node in enumerate(output_nodes)}
-    constants: dict[str, Any] = {"NULL": NULL}
-    lines: list[str] = []
-    built: dict[int, str] = {}  # one real list or tuple per traced one
 
-    def bind(prefix: str, value: Any) -> str:
-        name = f"___{prefix}{len(constants)}"
-        constants[name] = value
+class _RebuildWriter:
+    """Writes the lines of ``___rebuild``: one expression per tracker, with the values the
+    expressions need bound by name (``___k*`` held values, ``___r*`` source readers)."""
+
+    def __init__(self, output_nodes: Sequence[Any]) -> None:
+        self.positions = {node: i for i, node in enumerate(output_nodes)}
+        self.constants: dict[str, Any] = {"NULL": NULL}
+        self.lines: list[str] = []
+        self.built: dict[int, str] = {}  # one real list or tuple per traced one
+        self.kinds = _reconstruct_kinds()
+
+    def bind(self, prefix: str, value: Any) -> str:
+        name = f"___{prefix}{len(self.constants)}"
+        self.constants[name] = value
         return name
 
-    def code(tracker: VariableTracker) -> str:
+    def value(self, tracker: VariableTracker) -> str:
+        """The expression for what ``tracker.reconstruct`` returns."""
+        from .utils import _source_reader
+
+        source_first, value_of, tensor_kind, list_kinds, method_kind = self.kinds
         method = type(tracker).reconstruct
         if isinstance(tracker, NullVariable):
             return "NULL"
         if method in source_first and tracker.source is not None:
-            return f"{bind('r', _source_reader(tracker.source))}(ns)"
+            return f"{self.bind('r', _source_reader(tracker.source))}(ns)"
         if method in value_of:
-            return bind("k", tracker.value)
-        if type(tracker) is tensor_kind:
-            if tracker.proxy.node not in positions:
-                raise _NotPlain
-            return f"outputs[{positions[tracker.proxy.node]}]"
+            return self.bind("k", tracker.value)
+        if type(tracker) is tensor_kind and tracker.proxy.node in self.positions:
+            return f"outputs[{self.positions[tracker.proxy.node]}]"
         if method is method_kind.reconstruct and tracker.name.isidentifier():
-            return f"{code(tracker.obj)}.{tracker.name}"  # a bound method: ``h.mean().item``
+            return f"{self.value(tracker.obj)}.{tracker.name}"  # a bound method: ``h.item``
         if type(tracker) in list_kinds:
             key = id(tracker.mutable_local or tracker)
-            if key not in built:
-                items = "".join(f"{code(item)}, " for item in tracker.items)
-                built[key] = f"___v{len(built)}"
-                lines.append(f"{built[key]} = " + ("[" + items + "]" if tracker.python_class
-                                                  is list else "(" + items + ")"))
-            return built[key]
+            if key not in self.built:
+                items = "".join(f"{self.value(item)}, " for item in tracker.items)
+                self.built[key] = f"___v{len(self.built)}"
+                self.lines.append(f"{self.built[key]} = " + (
+                    f"[{items}]" if tracker.python_class is list else f"({items})"))
+            return self.built[key]
         raise _NotPlain
 
-    def plain_callee(tracker: VariableTracker) -> bool:
+    def plain_callee(self, tracker: VariableTracker) -> bool:
         """Whether the callee is plainly not a Python function of the user's (a tensor's
         method, ``print``, ``len``), which ``invoke`` would call as it is anyway."""
+        _, value_of, tensor_kind, _, method_kind = self.kinds
         method = type(tracker).reconstruct
         if method is method_kind.reconstruct:
             return type(tracker.obj) is tensor_kind
         return method in value_of and not isinstance(tracker.value, torch.nn.Module) and \
             not isinstance(getattr(tracker.value, "__func__", tracker.value), types.FunctionType)
 
-    try:
-        slots = [code(tracker) for tracker in trackers]
-        if call is not None:
-            # every value is read before the call, in order, as the interpreted path does
-            for i, slot in enumerate(slots):
-                if slot != "NULL":
-                    lines.append(f"___s{i} = {slot}")
-                    slots[i] = f"___s{i}"
-            depth, argc, kw_names = call  # the stack is ``trackers[:depth]``
-            below = depth - argc - 2  # the callee's two slots are ``below`` and ``below + 1``
-            first = trackers[below]
-            at = below if PY313 or not isinstance(first, NullVariable) else below + 1
-            bound = below + 1 if at == below else below  # ``self``'s slot, or NULL
-            args = [*([] if isinstance(trackers[bound], NullVariable) else [slots[bound]]),
-                    *slots[depth - argc:depth]]
-            n = len(args) - len(kw_names)
-            words = ", ".join([*args[:n], *(f"{k}={v}" for k, v in zip(kw_names, args[n:]))])
-            lines.append(f"___result = {slots[at]}({words})" if plain_callee(trackers[at])
-                         else f"___result = invoke({slots[at]}, {words})")
-            slots = [*slots[:below], "___result", *slots[depth:]]
-    except _NotPlain:
-        return None
-    text = ("def ___rebuild(outputs, ns, invoke):\n" + "".join(f"    {line}\n" for line in lines)
-            + f"    return [{', '.join(slots)}]\n")
-    exec(compile(text, "<dynamo ___rebuild>", "exec"), constants)
-    rebuild = constants["___rebuild"]
-    rebuild.source_text = text  # for debugging and the book
-    return rebuild
+    def call(self, trackers: Sequence[VariableTracker], slots: list[str], depth: int,
+             argc: int, kw_names: tuple[str, ...]) -> list[str]:
+        """Read every value first, in order (as the interpreted path does), then make the
+        ``CALL`` on the stack ``trackers[:depth]``; the slots as the call leaves them."""
+        for i, slot in enumerate(slots):
+            if slot != "NULL":
+                self.lines.append(f"___s{i} = {slot}")
+                slots[i] = f"___s{i}"
+        below = depth - argc - 2  # the callee's two slots are ``below`` and ``below + 1``
+        first_is_callee = PY313 or not isinstance(trackers[below], NullVariable)
+        at, bound = (below, below + 1) if first_is_callee else (below + 1, below)
+        args = [*([] if isinstance(trackers[bound], NullVariable) else [slots[bound]]),
+                *slots[depth - argc:depth]]
+        n = len(args) - len(kw_names)
+        words = ", ".join([*args[:n], *(f"{k}={v}" for k, v in zip(kw_names, args[n:]))])
+        self.lines.append(f"___result = {slots[at]}({words})" if self.plain_callee(trackers[at])
+                          else f"___result = invoke({slots[at]}, {words})")
+        return [*slots[:below], "___result", *slots[depth:]]
+
+    def function(self, slots: list[str]) -> Callable[..., list[Any]]:
+        text = ("def ___rebuild(outputs, ns, invoke):\n"
+                + "".join(f"    {line}\n" for line in self.lines)
+                + f"    return [{', '.join(slots)}]\n")
+        exec(compile(text, "<dynamo ___rebuild>", "exec"), self.constants)
+        rebuild = self.constants["___rebuild"]
+        rebuild.source_text = text  # for debugging and the book
+        return rebuild
 
 
 @functools.cache

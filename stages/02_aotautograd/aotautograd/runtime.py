@@ -82,6 +82,7 @@ double backward) raises a RuntimeError instead of returning gradients that silen
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 
@@ -210,17 +211,20 @@ def _output_builder(program: Program, spec, mutated: int) -> Callable[[Sequence,
 autocast_on = getattr(torch._C, "_is_any_autocast_enabled", lambda: True)
 
 
+def outside_autocast(graph: Callable, args: Sequence) -> Any:
+    """``graph(*args)`` with autocast off ([Note: graphs run outside autocast])."""
+    if autocast_on():
+        with torch._C._DisableAutocast():
+            return graph(*args)
+    return graph(*args)
+
+
 def make_inference_runtime(program: Program, compiled_fw: Callable) -> Callable[..., tuple]:
     """Run the forward graph on the primals; nothing is recorded for autograd."""
     finish = make_epilogue(program)
 
     def run(*primals: object) -> tuple:
-        if autocast_on():  # [Note: graphs run outside autocast]
-            with torch._C._DisableAutocast():
-                outputs = tuple(compiled_fw(*primals))
-        else:
-            outputs = tuple(compiled_fw(*primals))
-        return finish(primals, outputs)
+        return finish(primals, tuple(outside_autocast(compiled_fw, primals)))
 
     return run
 
@@ -279,11 +283,7 @@ def make_training_runtime(program: Program, partition: Partition, compiled_fw: C
     class CompiledFunction(torch.autograd.Function):
         @staticmethod
         def forward(ctx, new_values, *primals):
-            if autocast_on():  # [Note: graphs run outside autocast]
-                with torch._C._DisableAutocast():
-                    outputs = compiled_fw(*primals)
-            else:
-                outputs = compiled_fw(*primals)
+            outputs = outside_autocast(compiled_fw, primals)
             saved = outputs[num_outputs:]
             if "sizes" not in layout:
                 layout["sizes"] = any(isinstance(v, int) for v in saved)
@@ -319,11 +319,7 @@ def make_training_runtime(program: Program, partition: Partition, compiled_fw: C
             if layout["sizes"]:
                 tensors = iter(saved)
                 saved = [next(tensors) if v is None else v for v in ctx.saved_sizes]
-            if autocast_on():
-                with torch._C._DisableAutocast():
-                    grads = compiled_bw(*saved, *tangents)
-            else:
-                grads = compiled_bw(*saved, *tangents)
+            grads = outside_autocast(compiled_bw, (*saved, *tangents))
             result = [None] * (1 + program.num_primals)  # (none for ``new_values``)
             for index, grad in zip(grad_slots, grads):
                 result[1 + index] = grad
