@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -185,6 +186,51 @@ def clear_memory_cache() -> None:
     _memory.clear()
 
 
+# --8<-- [start:scratch]
+# [Note: timing on scratch copies]
+# Timing a config launches the kernel many times. A kernel that only writes fresh buffers
+# the wrapper allocated for it can run as often as it likes; but a kernel may write into a
+# graph input (BatchNorm's running statistics, [Note: writing an input in place]) or add
+# into a buffer another kernel zeroed (``scatter_add``'s atomic adds), and each extra launch
+# applies the write again. On the H200, a Linear, BatchNorm1d and Linear trained once under
+# ``mode="max-autotune"`` left the running mean at the batch's mean instead of a tenth of it:
+# the momentum update had run once per timed launch. (Only while tuning: a second process
+# read the choice from disk and matched eager.) So the launches being timed write into copies:
+# every buffer the kernel stores to (its ``out_ptr`` parameters) is replaced by a view, of the
+# same size, strides and offset, into a copy of its whole storage, made once for all the
+# candidates. Reads still come from the real buffers, which is all the timing needs. If the
+# copies do not fit in memory, nothing is timed and the heuristic config runs.
+def written_positions(kernel: Any) -> list[int]:
+    """The positions, among the kernel's buffers, of those it stores to: its parameters named
+    ``out_ptr*``; every buffer when the signature cannot be read."""
+    found = re.search(rf"def {re.escape(kernel.name)}\(([^)]*)\)", kernel.source)
+    if found is None:
+        return list(range(len(kernel.args)))
+    names = [part.split(":")[0].strip() for part in found.group(1).split(",")]
+    return [i for i, name in enumerate(names[:len(kernel.args)]) if name.startswith("out_ptr")]
+
+
+def scratch_outputs(args: Sequence[Any], written: Sequence[int]) -> list[Any] | None:
+    """``args`` with each written tensor replaced by the same view of a copy of its storage
+    (one copy per storage); None when a copy does not fit ([Note: timing on scratch
+    copies])."""
+    copies: dict[int, Any] = {}
+    scratch = list(args)
+    try:
+        for i in written:
+            tensor = args[i]
+            storage = tensor.untyped_storage()
+            if storage.data_ptr() not in copies:
+                copies[storage.data_ptr()] = storage.clone()
+            scratch[i] = torch.empty(0, dtype=tensor.dtype, device=tensor.device).set_(
+                copies[storage.data_ptr()], tensor.storage_offset(), tensor.size(),
+                tensor.stride())
+    except torch.OutOfMemoryError:
+        return None
+    return scratch
+# --8<-- [end:scratch]
+
+
 # --8<-- [start:autotuner]
 class Autotuner:
     """A Triton kernel launched with its best config for the sizes it is called with."""
@@ -212,7 +258,10 @@ class Autotuner:
             return _memory[key], "memory"
         config, how = read_entry(key, self.kernel.configs), "disk"
         if config is None:
-            timings = [(c, self.time(c, args)) for c in self.kernel.configs]
+            scratch = scratch_outputs(args, written_positions(self.kernel))
+            if scratch is None:  # no memory for the copies: keep the heuristic, this time
+                return self.kernel.configs[0], "heuristic"
+            timings = [(c, self.time(c, scratch)) for c in self.kernel.configs]
             config, best_ms = min(timings, key=lambda t: t[1])
             if best_ms == float("inf"):  # nothing ran: keep the heuristic, remember nothing
                 return self.kernel.configs[0], "heuristic"

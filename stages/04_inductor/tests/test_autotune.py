@@ -243,3 +243,50 @@ def test_candidate_lists():
     for c in [*flat, *tiled, *persistent, *looped]:
         for key in ("XBLOCK", "YBLOCK", "RBLOCK"):
             assert c.get(key, 1) & (c.get(key, 1) - 1) == 0  # powers of two (tl.arange)
+
+
+# -- [Note: timing on scratch copies] ---------------------------------------------------------
+def test_timing_writes_into_copies_not_into_the_real_buffers(cache, monkeypatch):
+    """A BatchNorm's forward in training mode under max-autotune: every candidate of the
+    kernel that writes the running statistics in place is launched by the fake clock, and
+    the statistics still match eager's one update. (Without the copies, the running mean
+    took one momentum step per launch.)"""
+    import driver
+
+    clock = FakeClock()
+    use_clock(monkeypatch, clock)
+    torch.manual_seed(5)
+    dev = device_for("triton")
+    model, twin = torch.nn.BatchNorm1d(8).to(dev), torch.nn.BatchNorm1d(8).to(dev)
+    x = torch.randn(16, 8, device=dev) + 3
+    compiled = driver.compile(model, mode="max-autotune-no-cudagraphs",
+                              options={"target": "triton"})
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), twin(x))
+    assert len(clock.timed) > 2  # candidates were launched more than once in all
+    for name, buf in model.named_buffers():
+        torch.testing.assert_close(buf, dict(twin.named_buffers())[name], msg=name)
+
+
+def test_written_positions_are_the_out_pointers():
+    kernel = type("K", (), {"name": "triton_k", "args": ["arg0", "buf1", "arg2", "arg3"],
+                            "source": "@triton.jit\ndef triton_k(in_ptr0, in_ptr1, out_ptr0, "
+                                      "out_ptr1, xnumel, XBLOCK: tl.constexpr):\n"})()
+    assert autotune.written_positions(kernel) == [2, 3]
+    kernel.source = "no signature here"
+    assert autotune.written_positions(kernel) == [0, 1, 2, 3]
+
+
+def test_scratch_outputs_keep_views_and_share_a_storage():
+    base = torch.arange(12.0)
+    a, b = base[2:8].view(2, 3), base[4:10]
+    scratch = autotune.scratch_outputs([base[:1], a, b], [1, 2])
+    assert scratch[0] is not None and scratch[0].data_ptr() == base.data_ptr()
+    for real, copy in zip((a, b), scratch[1:]):
+        assert copy.data_ptr() != real.data_ptr()
+        assert (copy.shape, copy.stride(), copy.storage_offset()) == \
+            (real.shape, real.stride(), real.storage_offset())
+        torch.testing.assert_close(copy, real)
+    assert scratch[1].untyped_storage().data_ptr() == scratch[2].untyped_storage().data_ptr()
+    scratch[1].zero_()
+    assert base[2:8].sum() > 0  # the real buffer is untouched
