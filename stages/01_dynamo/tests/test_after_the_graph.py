@@ -250,3 +250,20 @@ def test_the_item_graph_through_the_inductor_backend():
     assert "backward/wrapper" not in run.__wrapped__.artifacts  # an inference graph
     trained = [g for g in graphs if not hasattr(g, "__wrapped__")]
     assert trained and all("backward/wrapper" in g.artifacts for g in trained)
+
+
+def rows_then_tolist(x, w):
+    h = torch.tanh(x @ w)
+    print("step", file=SINK)
+    picked = (h[:2] * 3).tolist()  # the break: .tolist() of the graph's only output
+    return h.sum() * len(picked)
+
+
+def test_tolist_reads_like_item():
+    x, w = torch.randn(4, 4), torch.randn(4, 4, requires_grad=True)
+    out, compiled_in, _ = grad_modes(rows_then_tolist, x, w)
+    assert compiled_in == [True, False, True], compiled_in
+    out.backward()
+    want_w = w.detach().clone().requires_grad_()
+    rows_then_tolist(x, want_w).backward()
+    torch.testing.assert_close(w.grad, want_w.grad)
