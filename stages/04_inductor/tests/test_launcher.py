@@ -419,17 +419,25 @@ def test_a_launch_site_launches_directly_after_its_first_launch():
     assert call[9:] == (y.data_ptr(), out2.data_ptr(), 64, 32)
 
 
+@pytest.mark.parametrize("homed", [False, True], ids=["site", "generated"])
 @pytest.mark.parametrize("change", ["misaligned", "hooked"])
-def test_a_launch_site_goes_the_launchers_way_when_its_variant_does_not_apply(change,
+def test_a_launch_site_goes_the_launchers_way_when_its_variant_does_not_apply(change, homed,
                                                                              monkeypatch):
+    """The site object, and the function it writes down once homed ([Note: a launch site as
+    one function]), check the same two things before a direct launch."""
     fn, launch = make()
     site = launcher.bind_launch(launch, (2, 1, 1), (64,), XBLOCK=32)
+    namespace = {"kernel_launch": site}
+    if homed:
+        site.home = (namespace, "kernel_launch")
     base = torch.zeros(65)
-    site(base[:64], torch.zeros(64))
+    namespace["kernel_launch"](base[:64], torch.zeros(64))
+    assert (namespace["kernel_launch"] is site) != homed
+    launch_line = namespace["kernel_launch"]
     if change == "misaligned":
-        site(base[1:], torch.zeros(64))  # a new specialization: Triton compiles it
+        launch_line(base[1:], torch.zeros(64))  # a new specialization: Triton compiles it
         assert len(fn.slow) == 2
-        site(base[1:], torch.zeros(64))  # the Launcher has it now: direct, by its own key
+        launch_line(base[1:], torch.zeros(64))  # the Launcher has it now: direct, by its key
         assert len(fn.slow) == 2
         return
     chain = launch.runtime_knobs.launch_enter_hook
@@ -437,7 +445,7 @@ def test_a_launch_site_goes_the_launchers_way_when_its_variant_does_not_apply(ch
         monkeypatch.setattr(chain, "calls", [lambda meta: None])
     else:
         monkeypatch.setattr(launch.runtime_knobs, "launch_enter_hook", lambda meta: None)
-    site(base[:64], torch.zeros(64))
+    launch_line(base[:64], torch.zeros(64))
     assert len(fn.slow) == 2
 
 
@@ -542,27 +550,6 @@ def test_a_homed_site_becomes_one_function_that_launches_the_same_way():
     assert made == by_site
     assert made[:7] == (2, 1, 1, 1234, "fn1", "meta", None)
     assert made[9:] == (y.data_ptr(), out2.data_ptr(), 64, 32)
-
-
-@pytest.mark.parametrize("change", ["misaligned", "hooked"])
-def test_the_generated_site_goes_the_launchers_way_when_its_variant_does_not_apply(
-        change, monkeypatch):
-    fn, launch = make()
-    _, namespace = homed_site(launch)
-    base = torch.zeros(65)
-    namespace["kernel_launch"](base[:64], torch.zeros(64))
-    generated = namespace["kernel_launch"]
-    if change == "misaligned":
-        generated(base[1:], torch.zeros(64))  # a new specialization: Triton compiles it
-        assert len(fn.slow) == 2
-        return
-    chain = launch.runtime_knobs.launch_enter_hook
-    if hasattr(chain, "calls"):
-        monkeypatch.setattr(chain, "calls", [lambda meta: None])
-    else:
-        monkeypatch.setattr(launch.runtime_knobs, "launch_enter_hook", lambda meta: None)
-    generated(base[:64], torch.zeros(64))
-    assert len(fn.slow) == 2
 
 
 def test_a_refused_generated_launch_binds_the_site_again():
