@@ -110,6 +110,10 @@ def rebuild_stack(stack: list[VariableTracker], rt: Residual) -> list[Any]:
 # faster spelling of it. On the CPU machine (tiny tensors, one thread) a function with a
 # ``print`` break went from 38.7 to 27.5 us a call, one with an ``.item()`` branch from
 # 36.9 to 28.8 us (eager: 11.7 and 16.0 us).
+def _is_null(tracker: VariableTracker) -> bool:
+    return isinstance(tracker, NullVariable)
+
+
 class _NotPlain(Exception):
     """A tracker ``rebuild_function`` does not write code for."""
 
@@ -193,9 +197,8 @@ class _RebuildWriter:
             if slot != "NULL":
                 self.lines.append(f"___s{i} = {slot}")
                 slots[i] = f"___s{i}"
-        below = depth - argc - 2  # the callee's two slots are ``below`` and ``below + 1``
-        first_is_callee = PY313 or not isinstance(trackers[below], NullVariable)
-        at, bound = (below, below + 1) if first_is_callee else (below + 1, below)
+        at, bound = callee_slots(trackers[:depth], argc, _is_null)
+        below = min(at, bound)
         args = [*([] if isinstance(trackers[bound], NullVariable) else [slots[bound]]),
                 *slots[depth - argc:depth]]
         n = len(args) - len(kw_names)
@@ -257,11 +260,22 @@ _COMPARE = {"<": operator.lt, "<=": operator.le, "==": operator.eq, "!=": operat
             ">": operator.gt, ">=": operator.ge}
 
 
+def callee_slots(stack: Sequence[Any], argc: int, is_null: Callable[[Any], bool]
+                 ) -> tuple[int, int]:
+    """(the callee's slot, the slot of its ``self`` or NULL) for a ``CALL`` of ``argc``
+    arguments on ``stack``: 3.13 pushes the callable, then NULL or ``self``; 3.11 and 3.12
+    push NULL and the callable, or the method and ``self``."""
+    below = len(stack) - argc - 2
+    if PY313 or not is_null(stack[below]):
+        return below, below + 1
+    return below + 1, below
+
+
 def _call(stack: list[Any], argc: int, kw_names: tuple[str, ...], invoke: Callable) -> None:
+    at, bound = callee_slots(stack, argc, lambda value: value is NULL)
+    fn, self_arg = stack[at], stack[bound]
     args = stack[len(stack) - argc:]
-    del stack[len(stack) - argc:]
-    first, second = stack.pop(-2), stack.pop()
-    fn, self_arg = (first, second) if PY313 or first is not NULL else (second, first)
+    del stack[len(stack) - argc - 2:]
     if self_arg is not NULL:
         args = [self_arg, *args]
     n = len(args) - len(kw_names)

@@ -24,8 +24,8 @@ import torch
 from . import config
 from .codegen import (
     NULL,
-    PY313,
     Residual,
+    callee_slots,
     rebuild_function,
     rebuild_stack,
     resume_args,
@@ -395,9 +395,8 @@ def _read_only_by_the_break(bp: BreakPoint | None, output_nodes: list[torch.fx.N
     if (bp is None or bp.inst.opname != "CALL" or bp.inst.arg != 0 or not output_nodes
             or not side_effects.is_empty() or len(bp.stack) < 2):
         return False
-    first, second = bp.stack[-2], bp.stack[-1]  # a call of no arguments: the callee's slots
-    callee, bound = ((first, second) if PY313 or not isinstance(first, NullVariable)
-                     else (second, first))
+    at, self_slot = callee_slots(bp.stack, 0, lambda t: isinstance(t, NullVariable))
+    callee, bound = bp.stack[at], bp.stack[self_slot]
     if not (isinstance(bound, NullVariable) and type(callee) is MethodVariable
             and callee.name in _READ_ONLY_METHODS
             and type(callee.obj) is TensorVariable and callee.obj.source is None):

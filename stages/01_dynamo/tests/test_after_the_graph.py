@@ -60,9 +60,8 @@ def test_a_user_function_goes_through_invoke():
     y, found = opt(x)
     torch.testing.assert_close(y, (x + 1) * 3 - 1)
     assert found == [6.0]
-    root = [e for e in entries(calls_helper) if e.break_point is not None]
-    if root and root[0].rebuild is not None and root[0].calls_in_rebuild:
-        assert "invoke(" in root[0].rebuild.source_text
+    (root,) = [e for e in entries(calls_helper) if e.break_point is not None]
+    assert root.calls_in_rebuild and "invoke(" in root.rebuild.source_text  # compiled on its own
     assert entries(helper), "the callee was not compiled on its own"
 
 
