@@ -275,7 +275,10 @@ def test_a_view_that_is_its_whole_buffer_is_passed_as_it_is():
         layout = FixedLayout(torch.device("cpu"), dtype, ints(*size), ints(*stride))
         return ReinterpretView("arg0", layout, base, sympy.Integer(offset))
     assert whole_buffer(view((10, 16), (16, 1))) and literal(view((10, 16), (16, 1)), {}) == "arg0"
-    assert literal(view((16, 10), (1, 16)), {}) == "reinterpret(arg0, (16, 10), (1, 16), 0)"
+    # [Note: a view that is its whole buffer, transposed]: ``t()``; a part of it is not that
+    assert literal(view((16, 10), (1, 16)), {}) == "arg0.t()"
+    assert literal(view((16, 5), (1, 16)), {}) == "reinterpret(arg0, (16, 5), (1, 16), 0)"
+    assert literal(view((16, 9), (1, 16), offset=16), {}).startswith("reinterpret(")
     assert not whole_buffer(view((10, 16), (16, 1), offset=16))
     assert not whole_buffer(view((5, 16), (16, 1)))
     assert not whole_buffer(view((10, 16), (16, 1), dtype=torch.int32))
@@ -301,3 +304,37 @@ def test_gradients_when_library_calls_read_whole_buffers(target):
     torch.testing.assert_close(got, want)
     for g, w in zip(got_grads, want_grads):
         torch.testing.assert_close(g, w)
+
+
+@pytest.mark.parametrize("target", ["cpp", "triton"])
+def test_products_skip_the_layout_check_and_gradients_read_transposes(target):
+    """[Note: results whose layout the library fixes] and [Note: a view that is its whole
+    buffer, transposed]: the training graphs of a ``Linear`` and a batched product call
+    ``mm``/``bmm`` without ``as_layout`` and hand the transposed gradient over as ``.t()``;
+    values and gradients as eager's."""
+    torch.manual_seed(4)
+    dev = device_for(target)
+    layer = torch.nn.Linear(12, 20).to(dev)
+    x = torch.randn(7, 12, device=dev)
+    a = torch.randn(3, 5, 6, device=dev, requires_grad=True)
+    b = torch.randn(3, 6, 4, device=dev, requires_grad=True)
+
+    def fn(x, a, b):
+        return torch.tanh(layer(x)).sum() + torch.sigmoid(torch.bmm(a, b)).sum()
+    compiled = driver.compile(fn, options={"target": target})
+    got = compiled(x, a, b)
+    got_grads = torch.autograd.grad(got, [layer.weight, layer.bias, a, b])
+    want = fn(x, a, b)
+    want_grads = torch.autograd.grad(want, [layer.weight, layer.bias, a, b])
+    torch.testing.assert_close(got, want)
+    for g, w in zip(got_grads, want_grads):
+        torch.testing.assert_close(g, w)
+    text = "\n".join(g.artifacts[key] for g in compiled.graphs
+                     for key in ("wrapper", "backward/wrapper"))
+    products = [line for line in text.splitlines() if "# aten.mm" in line or "# aten.bmm" in line]
+    assert len(products) >= 4, text  # the forward's, and the backward's two per product
+    for graph in compiled.graphs:
+        for key in ("wrapper", "backward/wrapper"):
+            assert "as_layout(" not in graph.artifacts[key].split("def call")[1], text
+    assert ".t(), " in text, text  # the weight's gradient: mm(g.t(), x)
+    assert ".transpose(-2, -1)" in text and "reinterpret(" not in text.split("def call")[-1]

@@ -142,6 +142,48 @@ def whole_buffer(view: ReinterpretView) -> bool:
 # --8<-- [end:whole-buffer]
 
 
+# --8<-- [start:fresh-results]
+# [Note: a view that is its whole buffer, transposed]
+# The other common view is a whole row-major matrix transposed: the backward of every
+# ``Linear`` multiplies the transposed gradient by the input (``mm(g.t(), x)``), that of a
+# batched product (attention) a batch of transposed matrices. It is printed ``g.t()`` or
+# ``g.transpose(-2, -1)``, the view made in C++, instead of ``reinterpret``'s
+# ``as_strided`` from Python: the graph break benchmark's backward makes three a step.
+#
+# [Note: results whose layout the library fixes]
+# Every library result goes through ``as_layout``, which compares its strides with the
+# ones the kernels were compiled for, since a library may pick its own (cuDNN's
+# convolutions do). A matrix multiply never does: ``mm``, ``addmm``, ``bmm`` and
+# ``baddbmm`` write into a new row-major tensor. Where the compiled layout is row-major
+# too, the check is left out: a Python call and two C calls per product, six in each
+# training step of the graph break benchmark's backward.
+def last_two_swapped(view: ReinterpretView) -> bool:
+    """Whether ``view`` is its whole row-major base (2-D or more) with the last two dims
+    swapped: no offset, the same dtype."""
+    base = view.base
+    if not isinstance(base, Buffer) or isinstance(base, ReinterpretView):
+        return False
+    size, stride = list(base.layout.size), list(base.layout.stride)
+    if (len(size) < 2 or sympy.sympify(view.offset) != 0 or base.get_dtype() != view.get_dtype()
+            or stride != list(contiguous_strides(size))):
+        return False
+    swap = [*range(len(size) - 2), len(size) - 1, len(size) - 2]
+    return (list(view.layout.size) == [size[i] for i in swap]
+            and list(view.layout.stride) == [stride[i] for i in swap])
+
+
+FRESH_ROW_MAJOR = {aten.mm.default, aten.addmm.default, aten.bmm.default,
+                   aten.baddbmm.default}
+
+
+def layout_fixed_by_library(kernel: FallbackKernel, out: Buffer) -> bool:
+    """Whether ``kernel``'s result ``out`` needs no ``as_layout``: see [Note: results whose
+    layout the library fixes]."""
+    return (kernel.op in FRESH_ROW_MAJOR and not kernel.kwargs
+            and list(out.layout.stride) == list(contiguous_strides(out.layout.size)))
+# --8<-- [end:fresh-results]
+
+
 def literal(value: Any, constants: dict[str, Any]) -> str:
     """Python source for a constant argument; anything unusual goes into the namespace
     (bound by name), so no user-controlled text is ever pasted into code."""
@@ -154,6 +196,9 @@ def literal(value: Any, constants: dict[str, Any]) -> str:
     if isinstance(value, ReinterpretView):  # [Note: views into library calls]
         if whole_buffer(value):  # [Note: a view that is its whole buffer]
             return value.name
+        if last_two_swapped(value):  # [Note: a view that is its whole buffer, transposed]
+            return f"{value.name}.t()" if len(value.layout.size) == 2 else \
+                f"{value.name}.transpose(-2, -1)"
         layout = value.layout
         return (f"reinterpret({value.name}, {_sizes(layout.size)}, {_sizes(layout.stride)}, "
                 f"{pexpr(value.offset)})")
@@ -283,6 +328,8 @@ class WrapperCodeGen:
         outs = outs + "," if kernel.multi_output and len(kernel.outputs) == 1 else outs
         self.lines.append(f"    {outs} = {kernel.name}({', '.join(args)})  # {kernel.op}")
         for out in kernel.buffers():
+            if layout_fixed_by_library(kernel, out):
+                continue
             size, stride = _sizes(out.layout.size), _sizes(out.layout.stride)
             self.lines.append(f"    {out.name} = as_layout({out.name}, {size}, {stride})")
 
