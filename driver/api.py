@@ -70,10 +70,13 @@ class _Recorder:
         with progress.compiling(what):
             compiled = self.backend(gm, example_inputs)
         record = GraphRecord(len(self.records), gm, list(example_inputs), compiled=compiled)
-        record.artifacts = dict(getattr(compiled, "artifacts", {}) or {})
+        # a copy that prints nothing yet: [Note: texts printed when read] (compile_fx.py)
+        record.artifacts = (getattr(compiled, "artifacts", None) or {}).copy()
         self.records.append(record)
-        for key, title, text in debug.stage_sections(record):
-            if key != "guards":  # not known yet: logged after the call (debug.after_call)
+        # only the texts a log channel wants are printed (the guards come after the call:
+        # debug.after_call)
+        for key, title, text in debug.stage_sections(record, wanted=logs.artifact_logged):
+            if key != "guards":
                 logs.log_artifact(key, title, text)
         return compiled
 

@@ -52,14 +52,19 @@ def captured_graph_text(gm) -> str:
     return gm.print_readable(print_output=False).strip() + "\n"
 
 
-def stage_sections(record) -> list[tuple[str, str, str]]:
-    """(key, title, text) for every artifact of one graph, in pipeline order."""
-    sections = [
-        ("captured_graph", TITLES["captured_graph"], captured_graph_text(record.gm)),
-        ("guards", TITLES["guards"], "\n".join(str(g) for g in record.guards) + "\n"),
-    ]
-    for key, text in record.artifacts.items():  # the stages add them in pipeline order
-        sections.append((key, title_of(key), text))
+def stage_sections(record, wanted=lambda key: True) -> list[tuple[str, str, str]]:
+    """(key, title, text) for every artifact of one graph that ``wanted(key)`` asks for, in
+    pipeline order; the others are not printed."""
+    sections = []
+    if wanted("captured_graph"):
+        sections.append(("captured_graph", TITLES["captured_graph"],
+                         captured_graph_text(record.gm)))
+    if wanted("guards"):
+        sections.append(("guards", TITLES["guards"],
+                         "\n".join(str(g) for g in record.guards) + "\n"))
+    for key in record.artifacts:  # the stages add them in pipeline order
+        if wanted(key):
+            sections.append((key, title_of(key), record.artifacts[key]))
     return sections
 
 

@@ -92,10 +92,18 @@ def set_logs(*channels: str) -> None:
                 log.removeHandler(_handler)
 
 
-def log_artifact(key: str, title: str, text: str) -> None:
+def artifact_logged(key: str) -> bool:
+    """Whether the channel of the stage text ``key`` is on (else its text is never printed:
+    [Note: texts printed when read] in inductor/compile_fx.py)."""
     base = key.removeprefix("backward/")  # a training graph's backward logs where its forward does
     channel = "kernels" if base.startswith("kernels/") else ARTIFACT_CHANNEL.get(base)
-    if channel is not None and logger(channel).isEnabledFor(logging.INFO):
+    return channel is not None and logger(channel).isEnabledFor(logging.INFO)
+
+
+def log_artifact(key: str, title: str, text: str) -> None:
+    if artifact_logged(key):
+        base = key.removeprefix("backward/")
+        channel = "kernels" if base.startswith("kernels/") else ARTIFACT_CHANNEL[base]
         logger(channel).info("%s\n%s", title, text.rstrip())
 
 

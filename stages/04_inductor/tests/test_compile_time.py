@@ -69,6 +69,32 @@ def test_forward_and_backward_graph_text_is_the_graphs_own():
     assert artifacts["bw_graph"] == backward.print_readable(print_output=False)
 
 
+@needs_aot
+def test_graph_texts_are_printed_when_read_and_once(monkeypatch):
+    """[Note: texts printed when read]: compiling prints no FX graph; the joint graph's text is
+    printed at its first read, the forward's once for ``fw_graph`` and ``prims_graph``, and
+    each is the graph's own text."""
+    printed = []
+    plain = torch.fx.GraphModule.print_readable
+
+    def counting(self, *args, **kwargs):
+        printed.append(self)
+        return plain(self, *args, **kwargs)
+    monkeypatch.setattr(torch.fx.GraphModule, "print_readable", counting)
+    x = torch.randn(2, 8, 16, requires_grad=True)
+    w = torch.randn(16, 16, requires_grad=True)
+    fn = inductor.compile_fx(torch.fx.symbolic_trace(attention_block), [x, w],
+                             options={"target": "cpp"})
+    assert printed == [] and "joint_graph" in fn.artifacts and "prims_graph" in fn.artifacts
+    forward, backward = (c.prims_graph_module for c in fn.compiled_graphs)
+    text = fn.artifacts["fw_graph"]
+    assert printed == [forward] and fn.artifacts["prims_graph"] == text
+    assert fn.artifacts.copy()["backward/prims_graph"] == fn.artifacts["bw_graph"]
+    assert printed == [forward, backward]
+    assert fn.artifacts["joint_graph"] == fn.joint_graph.print_readable(print_output=False)
+    assert text == plain(forward, print_output=False)
+
+
 def repeated_blocks(x, w1, w2, b):
     """Two equal blocks (same shapes, same ops) and a third that differs in one constant."""
     h = F.gelu(x @ w1 + b, approximate="tanh")
