@@ -4,7 +4,7 @@
                              [--size full|cpu|tiny] [--target triton|cpp]
                              [--mode default|reduce-overhead|max-autotune]
                              [--no-torch-compile | --compare torch|none]
-                             [--out FILE.json]
+                             [--cold-caches] [--out FILE.json]
 
 For every workload and dtype, in one process: eager PyTorch, minipt2 (``driver.compile``,
 or with ``--frontend fx`` ``torch.fx.symbolic_trace`` + ``inductor.compile_fx``, which
@@ -161,6 +161,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                    help="for minipt2 (driver.compile) and torch.compile alike")
     p.add_argument("--out", default=None, help="JSON file of rows (default: benchmarks/"
                    "results/<suite>-<device>.json)")
+    p.add_argument("--cold-caches", action="store_true",
+                   help="point minipt2's, Triton's and PyTorch inductor's caches at new empty "
+                        "folders first, so that every first call compiles from scratch")
     args = p.parse_args(argv)
     args.no_torch_compile = args.no_torch_compile or args.compare == "none"
     return args
@@ -192,8 +195,28 @@ def report(rows: list[dict], copy_gbs: float | None) -> str:
     return "\n".join(parts)
 
 
+CACHE_VARIABLES = {"MINIPT2_CACHE_DIR": "minipt2", "TRITON_CACHE_DIR": "triton",
+                   "TORCHINDUCTOR_CACHE_DIR": "torchinductor"}
+
+
+def empty_caches() -> str:
+    """Point every compiler cache this run can fill at a new empty folder (each compiler
+    reads its variable when it looks in its cache); returns the folder. With it, the
+    first-call columns compare compiles from scratch, as on a fresh machine; without it they
+    compare whatever the caches hold (with everything cached, torch.compile's graph cache
+    skips its backend and ours finds only the kernels: book/docs/performance.md)."""
+    import tempfile
+
+    root = tempfile.mkdtemp(prefix="minipt2-bench-caches-")
+    for variable, name in CACHE_VARIABLES.items():
+        os.environ[variable] = os.path.join(root, name)
+    return root
+
+
 def main(argv: list[str] | None = None) -> list[dict]:
     args = parse(argv)
+    caches = f"cold: new empty folders under {empty_caches()}" if args.cold_caches else \
+        "as found"
     device = args.device
     args.target = args.target or ("triton" if device == "cuda" else "cpp")
     names = args.workloads.split(",") if args.workloads else SUITES[args.suite]
@@ -207,7 +230,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
             "target": args.target, "size": args.size, "mode": args.mode,
             "torch": torch.__version__, "copy_gbs": copy_gbs, "argv": sys.argv,
             "cpus": os.cpu_count(),
-            "first_calls": "after a throwaway compile by each compiler (warm_up_compilers)"}
+            "first_calls": "after a throwaway compile by each compiler (warm_up_compilers)",
+            "caches": caches}
     out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
     print(report(rows, copy_gbs))
     return rows

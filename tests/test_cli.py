@@ -234,6 +234,28 @@ def test_bench_passes_its_options_through(tmp_path):
     assert "trig" in result.stdout and out.exists()
 
 
+def test_bench_with_cold_caches_compiles_into_new_folders(tmp_path):
+    """``--cold-caches``: the run's first calls compile into new empty cache folders, which
+    the JSON names; without it the caches are used as found."""
+    import json
+    import shutil
+
+    out = tmp_path / "rows.json"
+    result = run_driver("bench", "--device", "cpu", "--size", "tiny", "--workloads", "trig",
+                        "--no-torch-compile", "--cold-caches", "--out", str(out))
+    assert result.returncode == 0, result.stdout + result.stderr
+    caches = json.loads(out.read_text())["meta"]["caches"]
+    assert caches.startswith("cold: new empty folders under ")
+    root = Path(caches.split(" under ", 1)[1])
+    try:
+        assert any((root / "minipt2").rglob("*")), "minipt2 compiled elsewhere"
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    result = run_driver("bench", "--device", "cpu", "--size", "tiny", "--workloads", "trig",
+                        "--no-torch-compile", "--out", str(out))
+    assert json.loads(out.read_text())["meta"]["caches"] == "as found"
+
+
 def test_bench_compare_none_skips_the_peer():
     """``--compare torch`` (the issue's spelling, the default) times torch.compile beside
     eager; ``--compare none`` is ``--no-torch-compile``."""
