@@ -66,3 +66,19 @@ def test_a_failing_peer_is_reported_not_raised(monkeypatch):
     text = bench_models.table([row])
     assert "torch.compile failed: RuntimeError" in text
     assert "torch.compile -" in text  # no peer geomean from zero rows
+
+
+def test_profile_step_reports_kernels_gaps_and_phases():
+    """``benchmarks/profile_step.py`` on the CPU: the per-step profile of eager and minipt2
+    (kernels, busy time against span, gaps) and the host's phases of a training step."""
+    result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "profile_step.py"),
+                             "--workload", "graph_breaks", "--size", "tiny", "--steps", "2",
+                             "--compare", "none"], capture_output=True, text=True,
+                            cwd=ROOT, timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+    out = result.stdout
+    for who in ("eager", "minipt2"):
+        assert f"== graph_breaks float32 {who}: " in out and "us span" in out, out
+        assert f"== host phases, {who}: forward " in out, out
+    assert "torch.compile" not in out  # --compare none
+    assert "CompiledFunction" in out  # minipt2's training graphs, as the profiler names them

@@ -1,0 +1,147 @@
+"""Where one step of a model workload spends its time: eager, minipt2 and torch.compile.
+
+    python benchmarks/profile_step.py [--workload graph_breaks] [--dtype bfloat16]
+                                      [--size full|cpu|tiny] [--steps 5] [--compare torch|none]
+
+For each of the three, after three warm steps, ``torch.profiler`` records ``--steps`` steps
+and this prints, per step: the device's kernels (count, total time, the top ones by time),
+the time the device was busy against the span from its first kernel to its last, and the
+gaps between consecutive kernels of the last step longer than ``--gap`` us, each with the
+kernels on either side. A step whose busy time is well under its span waits for the host:
+its Python and library calls set the pace, not its kernels (book/docs/performance.md, "A run
+on an H100, every cache empty"). It also prints the host's timeline of the step in phases
+(forward, backward, optimizer), as medians of ``--steps`` perf_counter marks.
+
+On a machine without a GPU the "kernels" are the CPU ops the profiler records (aten ops and
+minipt2's compiled functions), which says less: use it there to try the tool, and the GPU
+for numbers. Nothing here is a benchmark result; ``benchmarks/run.py`` is.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+from torch.autograd import DeviceType
+from torch.profiler import ProfilerActivity, profile
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_models  # noqa: E402
+import models  # noqa: E402
+
+
+def device_events(prof, cuda: bool) -> list:
+    """The profiled events that are device work (CUDA kernels and copies; on the CPU, the
+    top-level CPU ops), in start order."""
+    if cuda:
+        found = [e for e in prof.events() if e.device_type == DeviceType.CUDA]
+    else:
+        events = [e for e in prof.events() if e.device_type == DeviceType.CPU]
+        found = [e for e in events if e.cpu_parent is None]
+    return sorted(found, key=lambda e: e.time_range.start)
+
+
+def kernel_report(tag: str, step: Callable[[], object], steps: int, gap_us: float,
+                  cuda: bool, top: int = 12) -> dict:
+    """Profile ``steps`` warm steps; print and return the per-step summary."""
+    for _ in range(3):
+        step()
+    sync(cuda)
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    with profile(activities=activities) as prof:
+        for _ in range(steps):
+            step()
+        sync(cuda)
+    events = device_events(prof, cuda)
+    by_name: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
+    for e in events:
+        entry = by_name[e.name[:80]]
+        entry[0] += 1
+        entry[1] += e.time_range.end - e.time_range.start
+    busy = sum(t for _, t in by_name.values()) / steps
+    span = (events[-1].time_range.end - events[0].time_range.start) / steps if events else 0.0
+    print(f"== {tag}: {len(events) / steps:.0f} kernels a step, busy {busy:.0f} us of a "
+          f"{span:.0f} us span")
+    for name, (count, total) in sorted(by_name.items(), key=lambda kv: -kv[1][1])[:top]:
+        print(f"   {total / steps:9.1f} us  x{count / steps:<5.1f} {name}")
+    last = events[-(len(events) // steps):] if events else []
+    gaps = [(b.time_range.start - a.time_range.end, a.name[:40], b.name[:40])
+            for a, b in zip(last, last[1:]) if b.time_range.start - a.time_range.end > gap_us]
+    print(f"   gaps over {gap_us:g} us in the last step: {sum(g for g, *_ in gaps):.0f} us")
+    for gap, before, after in gaps:
+        print(f"     {gap:8.1f} us  {before} -> {after}")
+    return {"kernels": len(events) / steps, "busy_us": busy, "span_us": span,
+            "gaps_us": sum(g for g, *_ in gaps)}
+
+
+def phases(w: models.ModelWorkload, module: Callable, params, steps: int,
+           cuda: bool) -> dict[str, float]:
+    """Median host microseconds of a training step's phases: zero_grad + forward, backward,
+    optimizer (perf_counter marks; the forward includes any wait a ``.item()`` makes)."""
+    opt = torch.optim.SGD(params, lr=bench_models.LR)
+    marks: list[tuple[float, float, float]] = []
+    for i in range(steps + 3):
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        loss = module(*w.inputs)
+        t1 = time.perf_counter()
+        loss.backward()
+        t2 = time.perf_counter()
+        opt.step()
+        t3 = time.perf_counter()
+        if i >= 3:
+            marks.append((t1 - t0, t2 - t1, t3 - t2))
+    sync(cuda)
+    return {name: statistics.median(m[i] for m in marks) * 1e6
+            for i, name in enumerate(("forward", "backward", "optimizer"))}
+
+
+def sync(cuda: bool) -> None:
+    if cuda:
+        torch.cuda.synchronize()
+
+
+def main(argv: list[str] | None = None) -> dict:
+    cuda = torch.cuda.is_available()
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--workload", default="graph_breaks", choices=models.NAMES)
+    p.add_argument("--dtype", default="bfloat16" if cuda else "float32")
+    p.add_argument("--size", default="full" if cuda else "tiny", choices=["full", "cpu", "tiny"])
+    p.add_argument("--steps", type=int, default=5)
+    p.add_argument("--gap", type=float, default=5.0, help="report gaps over this many us")
+    p.add_argument("--compare", default="torch", choices=["torch", "none"])
+    args = p.parse_args(argv)
+    device = "cuda" if cuda else "cpu"
+    w = models.build(args.workload, device, getattr(torch, args.dtype), args.size)
+    module = bench_models.fresh_model(w)
+    steps = {"eager": (bench_models.make_step(module, w, module.parameters()), module)}
+    ours, _ = bench_models.minipt2_step(w, "triton" if cuda else "cpp")
+    steps["minipt2"] = (ours, None)
+    if args.compare == "torch":
+        steps["torch.compile"] = (bench_models.peer_step(w), None)
+    results = {who: kernel_report(f"{w.name} {args.dtype} {who}", step, args.steps, args.gap,
+                                  cuda) for who, (step, _) in steps.items()}
+    if w.kind == "train":
+        import driver
+
+        driver.reset()
+        compiled_module = bench_models.fresh_model(w)
+        compiled = driver.compile(compiled_module,
+                                  options={"target": "triton" if cuda else "cpp"})
+        for who, (mod, params) in {"eager": (module, module.parameters()),
+                                   "minipt2": (compiled, compiled_module.parameters())}.items():
+            times = phases(w, mod, params, args.steps, cuda)
+            results[who]["phases_us"] = times
+            print(f"== host phases, {who}: " + ", ".join(f"{k} {v:.0f} us"
+                                                        for k, v in times.items()))
+    return results
+
+
+if __name__ == "__main__":
+    main()
