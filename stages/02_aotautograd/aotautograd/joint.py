@@ -33,6 +33,7 @@ from typing import Any
 import torch
 import torch.fx as fx
 import torch.utils._pytree as pytree
+from torch.fx._lazy_graph_module import _LazyGraphModule
 
 from aotautograd.proxy_tensor import DecompositionTable, Tracer, TracerTensor, sync_views, tracing
 
@@ -253,4 +254,5 @@ def _graph_module(tracer: Tracer) -> fx.GraphModule:
     root = torch.nn.Module()
     for name, tensor in tracer.constants.items():
         setattr(root, name, tensor)
-    return fx.GraphModule(root, tracer.graph)
+    # [Note: graph modules that write their code when asked] (proxy_tensor.py)
+    return _LazyGraphModule(root, tracer.graph)

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.fx as fx
 from dynamo.sym_node import hint_int
+from torch.fx._lazy_graph_module import _LazyGraphModule
 
 from aotautograd.joint import Program
 from aotautograd.maxflow import FlowNetwork, min_cut
@@ -338,7 +339,8 @@ def _copy_graph(joint: fx.GraphModule, inputs: list[fx.Node], outputs: list,
                 raise AssertionError(f"partition bug: {node.name} is needed but not an input")
             env[node] = graph.node_copy(node, lambda n: env[n])
     graph.output(tuple(env[o] if isinstance(o, fx.Node) else o for o in outputs))
-    return fx.GraphModule(joint, graph)
+    # [Note: graph modules that write their code when asked] (proxy_tensor.py)
+    return _LazyGraphModule(joint, graph)
 
 
 PARTITIONERS = {"default": default_partition, "min_cut": min_cut_rematerialization_partition}

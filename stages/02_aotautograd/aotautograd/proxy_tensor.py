@@ -35,6 +35,7 @@ import torch.utils._pytree as pytree
 from dynamo.composites import STATIC_OVERRIDES, SymbolicComposites
 from dynamo.shapes import FloorDiv, ShapeEnv
 from dynamo.sym_node import SymNode, has_symbolic_sizes
+from torch.fx._lazy_graph_module import _LazyGraphModule
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 
 from aotautograd.exc import AOTUnsupported
@@ -517,7 +518,13 @@ def trace(
     root = torch.nn.Module()
     for name, tensor in tracer.constants.items():
         setattr(root, name, tensor)
-    return fx.GraphModule(root, tracer.graph)
+    # [Note: graph modules that write their code when asked]
+    # An fx.GraphModule writes its graph out as Python source and compiles it as it is
+    # made. Inductor never runs that code (it reads the nodes), and for a 12-layer GPT's
+    # traced, joint, forward and backward graphs the writing took 0.27 s of a 2.8 s first
+    # call with warm caches on the 2-core CPU machine. torch.fx's _LazyGraphModule is the
+    # same module, writing its code at the first call or print.
+    return _LazyGraphModule(root, tracer.graph)
 # --8<-- [end:trace]
 
 

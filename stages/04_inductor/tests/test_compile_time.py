@@ -95,6 +95,30 @@ def test_graph_texts_are_printed_when_read_and_once(monkeypatch):
     assert text == plain(forward, print_output=False)
 
 
+@needs_aot
+def test_compiling_writes_no_graph_as_python(monkeypatch):
+    """[Note: graph modules that write their code when asked]: compiling and running a
+    training graph writes none of aotautograd's graphs out as Python (inductor reads their
+    nodes); a graph's code is written when asked for, and runs as eager does."""
+    written = []
+    plain = torch.fx.Graph.python_code
+
+    def counting(self, *args, **kwargs):
+        written.append(self)
+        return plain(self, *args, **kwargs)
+    x = torch.randn(2, 8, 16, requires_grad=True)
+    w = torch.randn(16, 16, requires_grad=True)
+    gm = torch.fx.symbolic_trace(attention_block)
+    monkeypatch.setattr(torch.fx.Graph, "python_code", counting)
+    fn = inductor.compile_fx(gm, [x, w], options={"target": "cpp"})
+    (loss,) = fn(x, w)
+    loss.backward()
+    assert written == []
+    forward = fn.compiled_graphs[0].prims_graph_module
+    assert "def forward" in forward.code and written == [forward.graph]
+    torch.testing.assert_close(forward(x, w)[0], attention_block(x, w)[0])
+
+
 def repeated_blocks(x, w1, w2, b):
     """Two equal blocks (same shapes, same ops) and a third that differs in one constant."""
     h = F.gelu(x @ w1 + b, approximate="tanh")
