@@ -120,13 +120,12 @@ def main(argv: list[str] | None = None) -> dict:
     device = "cuda" if cuda else "cpu"
     w = models.build(args.workload, device, getattr(torch, args.dtype), args.size)
     module = bench_models.fresh_model(w)
-    steps = {"eager": (bench_models.make_step(module, w, module.parameters()), module)}
-    ours, _ = bench_models.minipt2_step(w, "triton" if cuda else "cpp")
-    steps["minipt2"] = (ours, None)
+    steps = {"eager": bench_models.make_step(module, w, module.parameters()),
+             "minipt2": bench_models.minipt2_step(w, "triton" if cuda else "cpp")[0]}
     if args.compare == "torch":
-        steps["torch.compile"] = (bench_models.peer_step(w), None)
+        steps["torch.compile"] = bench_models.peer_step(w)
     results = {who: kernel_report(f"{w.name} {args.dtype} {who}", step, args.steps, args.gap,
-                                  cuda) for who, (step, _) in steps.items()}
+                                  cuda) for who, step in steps.items()}
     if w.kind == "train":
         import driver
 

@@ -11,7 +11,7 @@ Chapter: book/docs/driver.md.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass, field
 
 import torch
@@ -30,7 +30,7 @@ class GraphRecord:
     index: int
     gm: torch.fx.GraphModule
     example_inputs: list
-    artifacts: dict[str, str] = field(default_factory=dict)
+    artifacts: MutableMapping[str, str] = field(default_factory=dict)  # graphs printed when read
     guards: list = field(default_factory=list)
     compiled: object = None  # what the backend returned
 

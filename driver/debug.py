@@ -1,7 +1,8 @@
 """Artifacts of a compilation, as text and as files.
 
 Input: the ``GraphRecord`` list of a compiled function (captured graph, guards, and the later
-stages' ``artifacts`` dict, which each stage fills in pipeline order).
+stages' ``artifacts`` mapping, which each stage fills in pipeline order; its graphs are
+printed when read).
 Output: readable sections (``stage_sections``) for the CLI and the book, and with
 ``MINIPT2_DEBUG_DIR=DIR`` (or ``python -m driver compile --dump DIR``) one folder per compiled
 graph: ``captured_graph.py``, ``guards.txt``, ``prims_graph.txt``, ``loop_ir.txt``,

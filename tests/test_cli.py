@@ -149,34 +149,6 @@ def test_logs_by_channel():
     assert "[minipt2.guards]" not in err
 
 
-def test_a_channel_prints_only_its_own_texts(monkeypatch):
-    """[Note: texts printed when read]: with no log channel on, compiling prints no FX graph;
-    with ``prims`` on, it prints the prims graphs (forward and backward) and not dynamo's."""
-    import torch
-
-    import driver
-    from driver import logs
-
-    printed = []
-    plain = torch.fx.GraphModule.print_readable
-
-    def counting(self, *args, **kwargs):
-        printed.append(self)
-        return plain(self, *args, **kwargs)
-    monkeypatch.setattr(torch.fx.GraphModule, "print_readable", counting)
-    x = torch.randn(3, requires_grad=True)
-    driver.compile(lambda a: (a.sin() * 2).sum())(x).backward()
-    assert printed == []
-    try:
-        logs.set_logs("prims")
-        compiled = driver.compile(lambda a: (a.cos() * 2).sum())
-        compiled(x).backward()
-    finally:
-        logs.set_logs()
-    (record,) = compiled.graphs
-    assert len(printed) == 2 and record.gm not in printed
-
-
 def test_logs_include_the_backward_graphs_artifacts():
     err = stderr_with_logs("kernels,wrapper", "lambda x: (x.sin() * 2).sum()",
                            "f(torch.randn(3, requires_grad=True)).backward()")

@@ -110,7 +110,7 @@ def rebuild_stack(stack: list[VariableTracker], rt: Residual) -> list[Any]:
 # faster spelling of it. On the CPU machine (tiny tensors, one thread) a function with a
 # ``print`` break went from 38.7 to 27.5 us a call, one with an ``.item()`` branch from
 # 36.9 to 28.8 us (eager: 11.7 and 16.0 us).
-def _is_null(tracker: VariableTracker) -> bool:
+def is_null_tracker(tracker: VariableTracker) -> bool:
     return isinstance(tracker, NullVariable)
 
 
@@ -197,7 +197,7 @@ class _RebuildWriter:
             if slot != "NULL":
                 self.lines.append(f"___s{i} = {slot}")
                 slots[i] = f"___s{i}"
-        at, bound = callee_slots(trackers[:depth], argc, _is_null)
+        at, bound = callee_slots(trackers[:depth], argc, is_null_tracker)
         below = min(at, bound)
         args = [*([] if isinstance(trackers[bound], NullVariable) else [slots[bound]]),
                 *slots[depth - argc:depth]]

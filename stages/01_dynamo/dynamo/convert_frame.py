@@ -26,6 +26,7 @@ from .codegen import (
     NULL,
     Residual,
     callee_slots,
+    is_null_tracker,
     rebuild_function,
     rebuild_stack,
     resume_args,
@@ -395,7 +396,7 @@ def _read_only_by_the_break(bp: BreakPoint | None, output_nodes: list[torch.fx.N
     if (bp is None or bp.inst.opname != "CALL" or bp.inst.arg != 0 or not output_nodes
             or not side_effects.is_empty() or len(bp.stack) < 2):
         return False
-    at, self_slot = callee_slots(bp.stack, 0, lambda t: isinstance(t, NullVariable))
+    at, self_slot = callee_slots(bp.stack, 0, is_null_tracker)
     callee, bound = bp.stack[at], bp.stack[self_slot]
     if not (isinstance(bound, NullVariable) and type(callee) is MethodVariable
             and callee.name in _READ_ONLY_METHODS

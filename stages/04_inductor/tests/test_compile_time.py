@@ -9,6 +9,7 @@ the same kernels, wrapper and graphs as a compile through the plain functions.
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import inductor
 import pytest
@@ -69,18 +70,23 @@ def test_forward_and_backward_graph_text_is_the_graphs_own():
     assert artifacts["bw_graph"] == backward.print_readable(print_output=False)
 
 
+def recorded(monkeypatch, cls: type, name: str) -> tuple[list, Any]:
+    """Patch ``cls.name`` to note each object it is called on; (that list, the original)."""
+    calls, plain = [], getattr(cls, name)
+
+    def counting(self, *args, **kwargs):
+        calls.append(self)
+        return plain(self, *args, **kwargs)
+    monkeypatch.setattr(cls, name, counting)
+    return calls, plain
+
+
 @needs_aot
 def test_graph_texts_are_printed_when_read_and_once(monkeypatch):
     """[Note: texts printed when read]: compiling prints no FX graph; the joint graph's text is
     printed at its first read, the forward's once for ``fw_graph`` and ``prims_graph``, and
     each is the graph's own text."""
-    printed = []
-    plain = torch.fx.GraphModule.print_readable
-
-    def counting(self, *args, **kwargs):
-        printed.append(self)
-        return plain(self, *args, **kwargs)
-    monkeypatch.setattr(torch.fx.GraphModule, "print_readable", counting)
+    printed, plain = recorded(monkeypatch, torch.fx.GraphModule, "print_readable")
     x = torch.randn(2, 8, 16, requires_grad=True)
     w = torch.randn(16, 16, requires_grad=True)
     fn = inductor.compile_fx(torch.fx.symbolic_trace(attention_block), [x, w],
@@ -100,16 +106,10 @@ def test_compiling_writes_no_graph_as_python(monkeypatch):
     """[Note: graph modules that write their code when asked]: compiling and running a
     training graph writes none of aotautograd's graphs out as Python (inductor reads their
     nodes); a graph's code is written when asked for, and runs as eager does."""
-    written = []
-    plain = torch.fx.Graph.python_code
-
-    def counting(self, *args, **kwargs):
-        written.append(self)
-        return plain(self, *args, **kwargs)
     x = torch.randn(2, 8, 16, requires_grad=True)
     w = torch.randn(16, 16, requires_grad=True)
     gm = torch.fx.symbolic_trace(attention_block)
-    monkeypatch.setattr(torch.fx.Graph, "python_code", counting)
+    written, _ = recorded(monkeypatch, torch.fx.Graph, "python_code")
     fn = inductor.compile_fx(gm, [x, w], options={"target": "cpp"})
     (loss,) = fn(x, w)
     loss.backward()
@@ -117,6 +117,31 @@ def test_compiling_writes_no_graph_as_python(monkeypatch):
     forward = fn.compiled_graphs[0].prims_graph_module
     assert "def forward" in forward.code and written == [forward.graph]
     torch.testing.assert_close(forward(x, w)[0], attention_block(x, w)[0])
+
+
+def test_a_log_channel_prints_only_its_own_texts(monkeypatch):
+    """[Note: texts printed when read] through the driver: with no log channel on, compiling
+    prints no FX graph; with ``prims`` on, it prints the prims graphs (forward and backward)
+    and not dynamo's. Values and gradients as eager's either way."""
+    import driver
+    from driver import logs
+
+    printed, _ = recorded(monkeypatch, torch.fx.GraphModule, "print_readable")
+    x = torch.randn(3, requires_grad=True)
+    got = driver.compile(lambda a: (a.sin() * 2).sum())(x)
+    (grad,) = torch.autograd.grad(got, x)
+    assert printed == []
+    torch.testing.assert_close(got, (x.sin() * 2).sum())
+    torch.testing.assert_close(grad, x.cos() * 2)
+    try:
+        logs.set_logs("prims")
+        compiled = driver.compile(lambda a: (a.cos() * 2).sum())
+        got = compiled(x)
+    finally:
+        logs.set_logs()
+    (record,) = compiled.graphs
+    assert len(printed) == 2 and record.gm not in printed
+    torch.testing.assert_close(got, (x.cos() * 2).sum())
 
 
 def repeated_blocks(x, w1, w2, b):
