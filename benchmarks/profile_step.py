@@ -10,7 +10,9 @@ gaps between consecutive kernels of the last step longer than ``--gap`` us, each
 kernels on either side. A step whose busy time is well under its span waits for the host:
 its Python and library calls set the pace, not its kernels (book/docs/performance.md, "A run
 on an H100, every cache empty"). It also prints the host's timeline of the step in phases
-(forward, backward, optimizer), as medians of ``--steps`` perf_counter marks.
+(forward, backward, optimizer), as medians of ``--steps`` perf_counter marks, and on a GPU
+how long after the host the device reached the end of each phase (CUDA events at the same
+marks): a lag near zero says the device was waiting for the host there.
 
 On a machine without a GPU the "kernels" are the CPU ops the profiler records (aten ops and
 minipt2's compiled functions), which says less: use it there to try the tool, and the GPU
@@ -83,23 +85,42 @@ def kernel_report(tag: str, step: Callable[[], object], steps: int, gap_us: floa
 def phases(w: models.ModelWorkload, module: Callable, params, steps: int,
            cuda: bool) -> dict[str, float]:
     """Median host microseconds of a training step's phases: zero_grad + forward, backward,
-    optimizer (perf_counter marks; the forward includes any wait a ``.item()`` makes)."""
+    optimizer (perf_counter marks; the forward includes any wait a ``.item()`` makes). On a
+    GPU also ``<phase> lag``: how long after the host the device reached the phase's end,
+    from a CUDA event recorded at each mark (each step starts from an idle device). Near
+    zero, the device waits for the host there: the host sets the pace."""
     opt = torch.optim.SGD(params, lr=bench_models.LR)
-    marks: list[tuple[float, float, float]] = []
+    names = ("forward", "backward", "optimizer")
+    rows: list[list[float]] = []
     for i in range(steps + 3):
-        t0 = time.perf_counter()
+        host: list[float] = []
+        events: list[torch.cuda.Event] = []
+        mark(host, events, cuda)
         opt.zero_grad(set_to_none=True)
         loss = module(*w.inputs)
-        t1 = time.perf_counter()
+        mark(host, events, cuda)
         loss.backward()
-        t2 = time.perf_counter()
+        mark(host, events, cuda)
         opt.step()
-        t3 = time.perf_counter()
-        if i >= 3:
-            marks.append((t1 - t0, t2 - t1, t3 - t2))
-    sync(cuda)
-    return {name: statistics.median(m[i] for m in marks) * 1e6
-            for i, name in enumerate(("forward", "backward", "optimizer"))}
+        mark(host, events, cuda)
+        sync(cuda)
+        if i < 3:
+            continue
+        row = [(b - a) * 1e6 for a, b in zip(host, host[1:])]
+        if cuda:  # device arrival minus host arrival at each phase's end, from the start
+            row += [events[0].elapsed_time(e) * 1e3 - (t - host[0]) * 1e6
+                    for e, t in zip(events[1:], host[1:])]
+        rows.append(row)
+    keys = [*names, *(f"{name} lag" for name in names)] if cuda else list(names)
+    return {key: statistics.median(r[i] for r in rows) for i, key in enumerate(keys)}
+
+
+def mark(host: list[float], events: list, cuda: bool) -> None:
+    """A phase boundary: the host's time, and on a GPU an event the device records there."""
+    host.append(time.perf_counter())
+    if cuda:
+        events.append(torch.cuda.Event(enable_timing=True))
+        events[-1].record()
 
 
 def sync(cuda: bool) -> None:
@@ -139,6 +160,9 @@ def main(argv: list[str] | None = None) -> dict:
             results[who]["phases_us"] = times
             print(f"== host phases, {who}: " + ", ".join(f"{k} {v:.0f} us"
                                                         for k, v in times.items()))
+            if cuda:
+                print("   (lag: how long after the host the device reached that phase's end;"
+                      " near zero, the host sets the pace)")
     return results
 
 

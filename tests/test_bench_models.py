@@ -2,6 +2,7 @@
 runs, lands in the JSON, and minipt2 matches eager (correctness only: never speed)."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -74,7 +75,7 @@ def test_profile_step_reports_kernels_gaps_and_phases():
     result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "profile_step.py"),
                              "--workload", "graph_breaks", "--size", "tiny", "--steps", "2",
                              "--compare", "none"], capture_output=True, text=True,
-                            cwd=ROOT, timeout=600)
+                            cwd=ROOT, timeout=600, env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
     assert result.returncode == 0, result.stdout + result.stderr
     out = result.stdout
     for who in ("eager", "minipt2"):
