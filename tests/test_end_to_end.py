@@ -530,3 +530,49 @@ def test_a_parametrized_weight(target):
     x = torch.linspace(-1.0, 1.0, 2 * 4 * 8).reshape(2, 4, 8)
     compiled = driver.compile(fn, options={"target": target}, fullgraph=True)
     assert_loss_and_grads_match(compiled(x), conv, lambda: fn(x))
+
+
+def routed_experts(h, top_index, top_weight, w_up, w_down, k: int):
+    """A mixture-of-experts layer the way transformers 5 writes it for bfloat16 (its
+    ``grouped_mm_experts_forward``): sort the (token, expert) pairs by expert, count them
+    per expert with ``histc``, turn the counts into int32 offsets, and run every expert's
+    matrix multiply at once with ``torch._grouped_mm``; then weight and add back per token."""
+    experts = w_up.shape[0]
+    ids, perm = torch.sort(top_index.reshape(-1))
+    x = h[perm // k]
+    weight = top_weight.reshape(-1)[perm]
+    counts = torch.histc(ids.int() if h.is_cuda else ids.float(), bins=experts, min=0,
+                         max=experts - 1)  # (CUDA's histc counts ints, the CPU's floats)
+    offsets = torch.cumsum(counts, dim=0, dtype=torch.int32)
+    up = torch._grouped_mm(x, w_up.transpose(-2, -1), offs=offsets)
+    down = torch._grouped_mm(torch.nn.functional.silu(up), w_down.transpose(-2, -1),
+                             offs=offsets)
+    out = torch.zeros_like(h)
+    return out.index_add_(0, perm // k, down * weight[:, None])
+
+
+@pytest.mark.skipif(not hasattr(torch, "_grouped_mm"), reason="needs torch._grouped_mm")
+@pytest.mark.parametrize("target", TARGETS)
+def test_routed_experts_with_grouped_matmul(target):
+    """Mixtral's experts in bfloat16 (``routed_experts``): sort, gather, ``histc``, an int32
+    ``cumsum`` and two ``_grouped_mm`` library calls in one graph; values and the gradients
+    of the tokens and of both expert weights match eager's."""
+    torch.manual_seed(0)
+    tokens, hidden, ffn, experts, k = 64, 32, 64, 4, 2
+    dt = torch.bfloat16
+    top_weight, top_index = torch.topk(torch.randn(tokens, experts).softmax(-1), k, dim=-1)
+    h = torch.randn(tokens, hidden, dtype=dt)
+    w_up = torch.randn(experts, ffn, hidden, dtype=dt) * 0.1
+    w_down = torch.randn(experts, hidden, ffn, dtype=dt) * 0.1
+    values = [t.to(DEVICE) for t in (h, top_index, top_weight.to(dt), w_up, w_down)]
+    runs = []
+    for fn in (driver.compile(routed_experts, options={"target": target}, fullgraph=True),
+               routed_experts):
+        inputs = [v.clone().requires_grad_(v.is_floating_point() and v.ndim > 1)
+                  for v in values]
+        out = fn(*inputs, k)
+        out.float().square().sum().backward()
+        runs.append([out.detach()] + [inputs[i].grad for i in (0, 3, 4)])
+    for got, want in zip(*runs):  # bfloat16 products: compare against each result's scale
+        scale = want.float().abs().max().item()
+        torch.testing.assert_close(got.float(), want.float(), rtol=2e-2, atol=2e-2 * scale)
