@@ -174,6 +174,8 @@ def last_two_swapped(view: ReinterpretView) -> bool:
 
 FRESH_ROW_MAJOR = {aten.mm.default, aten.addmm.default, aten.bmm.default,
                    aten.baddbmm.default}
+# the products whose ``torch`` function takes ``out=`` ([Note: library results in dead buffers])
+OUT_VARIANTS = {aten.mm.default, aten.addmm.default, aten.bmm.default}
 
 
 def layout_fixed_by_library(kernel: FallbackKernel, out: Buffer) -> bool:
@@ -234,8 +236,13 @@ class WrapperCodeGen:
         self.pool: dict[tuple, list[str]] = {}  # layout -> dead buffers to reuse
         self.on_gpu: bool | None = None  # does any buffer live on a GPU (``check_devices``)
         self.outputs = {o.name for o in graph.graph_outputs if isinstance(o, Buffer)}
-        self.extern_read = {n for g in groups if isinstance(g, ExternNode)
-                            for n in g.kernel.input_names()}
+        # [Note: library results in dead buffers]: what a library call that may return a
+        # view of its inputs reads is never reused; products' inputs and results may be
+        externs = [g.kernel for g in groups if isinstance(g, ExternNode)]
+        self.extern_read = {n for k in externs if k.op not in FRESH_ROW_MAJOR
+                            for n in k.input_names()}
+        self.fresh = {o.name for k in externs for o in k.buffers()
+                      if layout_fixed_by_library(k, o)}
 
     def generate(self) -> str:
         args = ", ".join(b.name for b in self.graph.graph_inputs)
@@ -324,6 +331,12 @@ class WrapperCodeGen:
         args = [literal(a, self.constants) for a in kernel.args]
         args += [f"{k}={literal(v, self.constants)}" for k, v in kernel.kwargs.items()
                  if k.isidentifier()]
+        dead = self.dead_buffer_for(kernel)
+        if dead is not None:  # [Note: library results in dead buffers]
+            (out,) = kernel.outputs
+            self.lines.append(f"    {out.name} = {kernel.name}({', '.join(args)}, out={dead}); "
+                              f"del {dead}  # {kernel.op}, into a dead buffer")
+            return
         outs = ", ".join("_" if o is None else o.name for o in kernel.outputs)
         outs = outs + "," if kernel.multi_output and len(kernel.outputs) == 1 else outs
         self.lines.append(f"    {outs} = {kernel.name}({', '.join(args)})  # {kernel.op}")
@@ -332,6 +345,30 @@ class WrapperCodeGen:
                 continue
             size, stride = _sizes(out.layout.size), _sizes(out.layout.stride)
             self.lines.append(f"    {out.name} = as_layout({out.name}, {size}, {stride})")
+
+    # --8<-- [start:dead-buffers]
+    # [Note: library results in dead buffers]
+    # ``mm``, ``addmm`` and ``bmm`` allocate their result themselves, and those results, and
+    # the buffers a product reads, were never reused: a library call may return a view of
+    # its input (``aten.t``, ``aten.view`` as fallbacks), and a buffer aliased by a live
+    # result must not be written again. A product returns a new tensor, never a view, so
+    # what only products read can be reused after its last use like any buffer of ours,
+    # and so can a product's row-major result; and a product whose result has the layout of
+    # a dead buffer writes into it (``torch.mm(a, b, out=buf3)``). On the CPU that is
+    # memory whose pages are already mapped: a fresh megabyte from the allocator costs 256
+    # page faults when first written.
+    def dead_buffer_for(self, kernel: FallbackKernel) -> str | None:
+        """A dead buffer ``kernel`` can write its result into (``out=``), taken from the
+        pool; None where it allocates its own ([Note: library results in dead buffers])."""
+        if kernel.op not in OUT_VARIANTS or kernel.multi_output or len(kernel.outputs) != 1:
+            return None
+        out = kernel.outputs[0]
+        if out is None or not layout_fixed_by_library(kernel, out):
+            return None
+        layout = out.layout
+        key = (_sizes(layout.size), _sizes(layout.stride), layout.dtype, str(layout.device))
+        return self.pool[key].pop() if self.pool.get(key) else None
+    # --8<-- [end:dead-buffers]
 
     # --8<-- [start:linear]
     def linear_call(self, kernel: FallbackKernel) -> bool:
@@ -382,7 +419,8 @@ class WrapperCodeGen:
         buffer = self.graph_buffer(name)
         if name in self.outputs or isinstance(buffer, InputBuffer) or name in self.removed:
             return
-        if isinstance(buffer, ComputedBuffer) and name not in self.extern_read:
+        if (isinstance(buffer, ComputedBuffer) or name in self.fresh) and \
+                name not in self.extern_read:
             layout = buffer.layout
             key = (_sizes(layout.size), _sizes(layout.stride), layout.dtype, str(layout.device))
             self.pool.setdefault(key, []).append(name)
