@@ -178,6 +178,12 @@ FRESH_ROW_MAJOR = {aten.mm.default, aten.addmm.default, aten.bmm.default,
 OUT_VARIANTS = {aten.mm.default, aten.addmm.default, aten.bmm.default}
 
 
+def pool_key(layout: Any) -> tuple:
+    """What a dead buffer must match to be reused: sizes and strides (ints, or printable
+    expressions with dynamic shapes), dtype, device (as a string)."""
+    return (_sizes(layout.size), _sizes(layout.stride), layout.dtype, str(layout.device))
+
+
 def layout_fixed_by_library(kernel: FallbackKernel, out: Buffer) -> bool:
     """Whether ``kernel``'s result ``out`` needs no ``as_layout``: see [Note: results whose
     layout the library fixes]."""
@@ -365,8 +371,7 @@ class WrapperCodeGen:
         out = kernel.outputs[0]
         if out is None or not layout_fixed_by_library(kernel, out):
             return None
-        layout = out.layout
-        key = (_sizes(layout.size), _sizes(layout.stride), layout.dtype, str(layout.device))
+        key = pool_key(out.layout)
         return self.pool[key].pop() if self.pool.get(key) else None
     # --8<-- [end:dead-buffers]
 
@@ -397,8 +402,7 @@ class WrapperCodeGen:
         """Print the line that gives ``buffer`` memory: a dead buffer of the same layout from
         ``self.pool`` if there is one (memory planning), else a new ``empty_strided``."""
         # BEGIN EXERCISE inductor-reuse-buffer: allocate a buffer, reusing a dead one
-        layout = buffer.layout
-        key = (_sizes(layout.size), _sizes(layout.stride), layout.dtype, str(layout.device))
+        key = pool_key(buffer.layout)
         if self.pool.get(key):
             old = self.pool[key].pop()
             self.lines.append(f"    {buffer.name} = {old}; del {old}  # reuse")
@@ -421,9 +425,7 @@ class WrapperCodeGen:
             return
         if (isinstance(buffer, ComputedBuffer) or name in self.fresh) and \
                 name not in self.extern_read:
-            layout = buffer.layout
-            key = (_sizes(layout.size), _sizes(layout.stride), layout.dtype, str(layout.device))
-            self.pool.setdefault(key, []).append(name)
+            self.pool.setdefault(pool_key(buffer.layout), []).append(name)
         elif isinstance(buffer, (ComputedBuffer, ExternBuffer)):
             self.lines.append(f"    del {name}")
 
