@@ -294,9 +294,10 @@ def run_child(name: str, kind: str, a: argparse.Namespace, size: str) -> dict:
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=a.timeout)
         found = [line[4:] for line in done.stdout.splitlines() if line.startswith("ROW ")]
+        lines = done.stderr.strip().splitlines() or ["?"]
         row = json.loads(found[0]) if found else {
-            "model": name, "kind": kind,
-            "failed": (done.stderr.strip().splitlines() or ["?"])[-1][:300]}
+            "model": name, "kind": kind, "failed": lines[-1][:300],
+            "stderr_tail": lines[-60:]}  # the traceback, for the JSON
     except subprocess.TimeoutExpired:
         row = {"model": name, "kind": kind, "failed": f"timeout {a.timeout}s"}
     row["wall_s"] = round(time.perf_counter() - start, 1)

@@ -39,6 +39,7 @@ import contextlib
 import functools
 import operator
 import os
+import tempfile
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -170,7 +171,7 @@ class Launcher:
             launch(*g, self.stream_of(self.current_device()), *head, *pointers, *rest)
         except TypeError:  # [Note: a refused direct launch]
             self.refuse(args, options)
-            return self.fn[grid](*args, **options)
+            return _tritons_way(self.fn, grid, args, options)
         return compiled
 
     def refuse(self, args: tuple, options: dict[str, Any]) -> None:
@@ -189,7 +190,7 @@ class Launcher:
                 _site_key(args, options, self.pointers))[0]
 
     def _first_launch(self, grid: Any, key: tuple, args: tuple, options: dict) -> Any:
-        compiled = self.fn[grid](*args, **options)
+        compiled = _tritons_way(self.fn, grid, args, options)
         rest_names = self.names[len(args):]
         if (getattr(compiled, "function", None) is not None and hasattr(compiled, "run")
                 and all(n in options for n in rest_names)):
@@ -360,12 +361,58 @@ def bind_launch(kernel: Any, grid: tuple[int, int, int], sizes: tuple,
 # Once, in a sweep of eight models compiling side by side on one GPU host (RoBERTa
 # inference), a direct launch raised ``TypeError: function takes exactly 19 arguments (22
 # given)``: the C launch stored for that key took fewer arguments than the kernel has. It
-# did not happen again when the model ran alone, and we have not found the cause. A C
-# launch checks its argument count before it touches the GPU, so nothing ran: the launch is
-# retried Triton's way, which binds the arguments to the kernel's own signature and picks
-# the variant itself, and that key (or launch site) never goes the direct way again. A
-# wrong argument from the wrapper would fail Triton's way too, with Triton's error.
+# did not happen again when the model ran alone. A C launch checks its argument count
+# before it touches the GPU, so nothing ran: the launch is retried Triton's way, which binds
+# the arguments to the kernel's own signature and picks the variant itself, and that key (or
+# launch site) never goes the direct way again. A wrong argument from the wrapper would
+# fail Triton's way too, with Triton's error.
 # --8<-- [end:refused]
+
+
+# --8<-- [start:launcher-built-again]
+# [Note: a launcher built again]
+# Twice more, both times Swin-v2-T training with other models compiling in seven more
+# processes on the same host, the retry failed as well (``function takes exactly 18
+# arguments (17 given)``): Triton's own launch passes one argument per parameter of the
+# kernel, so the C launcher that Triton had loaded for that variant was not the one built
+# for it. Its C source is made from the variant's signature alone and cached on disk under
+# the hash of that source, so the source was right and the module loaded for it was not;
+# how (a race between processes or threads loading same-named ``__triton_launcher``
+# modules) we have not pinned down. When Triton's launch raises that error, each variant of
+# the kernel gets its launcher built again, from the same source but into a fresh directory
+# (a new path and a new file, which no earlier load can be mistaken for), and the launch is
+# retried once; any other error, or the same one again, is raised as it was.
+def _tritons_way(fn: Any, grid: Any, args: tuple, options: dict[str, Any]) -> Any:
+    """``fn[grid](*args, **options)``, retried once after its variants' launchers are built
+    again where Triton's launcher refused the kernel's own arguments ([Note: a launcher
+    built again])."""
+    try:
+        return fn[grid](*args, **options)
+    except TypeError as error:
+        if "takes exactly" not in str(error) or not _build_launchers_again(fn):
+            raise
+    return fn[grid](*args, **options)
+
+
+def _build_launchers_again(fn: Any) -> bool:
+    """Give every loaded variant of ``fn`` a launcher built in a fresh Triton cache directory;
+    False where there is none (or this Triton keeps its variants elsewhere)."""
+    try:
+        from triton import knobs
+        from triton.runtime import driver
+    except ImportError:
+        return False
+    variants = [kernel for caches in getattr(fn, "device_caches", {}).values()
+                for kernel in caches[0].values()
+                if getattr(kernel, "_run", None) is not None and hasattr(kernel, "src")]
+    if not variants:
+        return False
+    with tempfile.TemporaryDirectory(prefix="minipt2-launcher-") as fresh, knobs.cache.scope():
+        knobs.cache.dir = fresh
+        for kernel in variants:
+            kernel._run = driver.active.launcher_cls(kernel.src, kernel.metadata)
+    return True
+# --8<-- [end:launcher-built-again]
 
 
 def _hooked(hook: Any) -> bool:

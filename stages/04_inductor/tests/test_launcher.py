@@ -495,6 +495,108 @@ def test_a_refused_direct_launch_goes_tritons_way_from_then_on(through):
     assert len(refused) == 1 and len(fn.slow) == 4  # never direct again
 
 
+class WrongLauncherFn(JitFn):
+    """A jit function whose loaded variant's C launcher takes another count of arguments until
+    it is built again ([Note: a launcher built again])."""
+
+    def __init__(self, error="function takes exactly 18 arguments (17 given)", heals=True):
+        super().__init__()
+        self.error, self.heals, self.built_in = error, heals, []
+        variant = type("Variant", (), {"_run": "the wrong launcher", "src": "src",
+                                       "metadata": "meta"})()
+        self.device_caches = {0: ({"key": variant}, {}, None, None, None)}
+        self.variant = variant
+
+    def __getitem__(self, grid):
+        def launch_(*args, **options):
+            super(WrongLauncherFn, self).__getitem__(grid)(*args, **options)
+            if self.variant._run == "the wrong launcher" or not self.heals:
+                raise TypeError(self.error)
+            return Compiled(len(self.slow))
+        return launch_
+
+
+@pytest.fixture
+def launcher_builds(monkeypatch):
+    """Triton's driver as the rebuild sees it: each launcher built records the cache
+    directory it was built in."""
+    import triton.runtime
+    from triton import knobs
+
+    built = []
+
+    def launcher_cls(src, metadata):
+        built.append(knobs.cache.dir)
+        return "a launcher built again"
+    active = type("Active", (), {"launcher_cls": staticmethod(launcher_cls)})()
+    monkeypatch.setattr(triton.runtime, "driver", type("Driver", (), {"active": active})())
+    return built
+
+
+@pytest.mark.parametrize("through", ["launcher", "site"])
+def test_a_launcher_that_refuses_the_kernels_own_arguments_is_built_again(through,
+                                                                         launcher_builds):
+    """[Note: a launcher built again]: Triton's own launch raising "takes exactly" rebuilds the
+    variant's launcher in a fresh cache directory and launches again."""
+    from triton import knobs
+
+    fn = WrongLauncherFn()
+    launch = launcher.Launcher(fn)
+    launch.current_device, launch.stream_of = (lambda: 0), (lambda device: 1234)
+    x, out = torch.zeros(64), torch.zeros(64)
+    if through == "site":
+        launcher.bind_launch(launch, (2, 1, 1), (64,), XBLOCK=32)(x, out)
+    else:
+        launch[grid(64)](x, out, 64, XBLOCK=32)
+    assert len(fn.slow) == 2 and fn.variant._run == "a launcher built again"
+    (fresh,) = launcher_builds
+    assert fresh != knobs.cache.dir and "minipt2-launcher-" in fresh
+
+
+@pytest.mark.parametrize("error, heals", [("missing a required argument: 'xnumel'", True),
+                                          ("function takes exactly 18 arguments (17 given)",
+                                           False)])
+def test_other_launch_errors_and_a_second_refusal_are_raised(error, heals, launcher_builds):
+    """Only Triton's count error rebuilds, and only once: a wrong call from the wrapper, or a
+    launcher still refusing after the rebuild, raises as it did."""
+    fn = WrongLauncherFn(error, heals)
+    with pytest.raises(TypeError, match=re.escape(error)):
+        launcher.Launcher(fn)[grid(64)](torch.zeros(64), torch.zeros(64), 64, XBLOCK=32)
+    assert len(launcher_builds) == (0 if "missing" in error else 1)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="Triton's launchers need a GPU")
+def test_a_kernel_given_another_kernels_launcher_launches_right_on_the_gpu():
+    """[Note: a launcher built again] on the real thing: a variant whose loaded C launcher is
+    another kernel's (one more parameter) still launches, and computes the right values."""
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def add_one(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+        i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(out_ptr + i, tl.load(x_ptr + i, mask=i < n) + 1, mask=i < n)
+
+    @triton.jit
+    def add(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+        i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(out_ptr + i, tl.load(x_ptr + i, mask=i < n) + tl.load(y_ptr + i, mask=i < n),
+                 mask=i < n)
+
+    x = torch.randn(1000, device="cuda")
+    out = torch.empty_like(x)
+    one = add_one[(8,)](x, out, 1000, BLOCK=128)
+    other = add[(8,)](x, x, out, 1000, BLOCK=128)
+    one.run.launch = other.run.launch  # what a wrong load leaves behind
+    with pytest.raises(TypeError, match="takes exactly"):
+        add_one[(8,)](x, out, 1000, BLOCK=128)
+    site = launcher.bind_launch(launcher.Launcher(add_one), (8, 1, 1), (1000,), BLOCK=128)
+    for _ in range(3):  # Triton's way (the launcher built again), then direct
+        out.zero_()
+        site(x, out)
+        torch.testing.assert_close(out, x + 1)
+
+
 def test_precompile_turns_a_kernel_triton_refuses_into_a_compile_error():
     """[Note: a kernel Triton refuses]: a front-end error in any kernel of the graph fails the
     graph's compile (dynamo then runs the frame eagerly); running out of shared memory is
