@@ -148,8 +148,10 @@ def trace_program(fn: Callable, example_inputs: Sequence[object],
         mutated = sorted(tracer.mutated_inputs)
         graph_values = [primals[i] for i in mutated] + graph_values
         # an input's new value has a gradient when the write made it require one
-        # ([Note: an input that is not a leaf]); a running statistic's has none
-        differentiable = [j for j in range(len(mutated)) if graph_values[j].requires_grad] \
+        # ([Note: an input that is not a leaf]); a running statistic's has none, and nor
+        # has a parameter's ([Note: a leaf written under no_grad])
+        differentiable = [j for j in range(len(mutated)) if graph_values[j].requires_grad
+                          and not graph_values[j].is_leaf] \
             + [i + len(mutated) for i in differentiable]
         grad_primals = [i for i, p in enumerate(leaves)
                         if isinstance(p, TracerTensor) and p.requires_grad]
@@ -235,6 +237,19 @@ def not_a_leaf(placeholder: TracerTensor) -> TracerTensor:
     """``placeholder`` with a ``grad_fn``: the same graph input, no longer a leaf."""
     return _SameInput.apply(placeholder)
 # --8<-- [end:not-a-leaf]
+
+
+# --8<-- [start:leaf-under-no-grad]
+# [Note: a leaf written under no_grad]
+# The other way round: a parameter (a leaf that requires grad) can be written in place only
+# under ``torch.no_grad()``, and ``nn.Embedding(max_norm=...)`` does so at every call, scaling
+# down in place the rows it is about to read (``embedding_renorm_``). The placeholder is
+# still a leaf that requires grad after such a write, but the new value has no gradient of
+# its own: the gradient of what later reads it goes to the parameter, as in eager. So a
+# mutated input's new value counts as differentiable only when the write left it no leaf,
+# and the runtime copies a parameter's new value in without recording, as it does a running
+# statistic's; with recording, autograd refused the copy, and the frame ran eagerly.
+# --8<-- [end:leaf-under-no-grad]
 
 
 def _requires_grad(x: object) -> bool:
