@@ -45,6 +45,7 @@ from inductor.ir import (
     ScatterBuffer,
     SizeArg,
     as_view,
+    contiguous_strides,
     elements_per,
     index_vars,
     padded_rows_layout,
@@ -158,6 +159,45 @@ def _aligned_args() -> dict[Any, int]:
 
 
 ALIGNED_ARGS = _aligned_args()
+
+
+# --8<-- [start:any-strides]
+# [Note: library calls that read any strides]
+# A prim's value is row-major: the shape prims copy in eager ([Note: the shape prims] in
+# primtorch), and the trace's meta tensors say so. So when an autograd formula asks
+# ``grad.contiguous()`` before calling an ATen kernel that assumes contiguous memory (weight
+# norm's backward does: ``_weight_norm_interface_backward(grad.contiguous(), ...)``), the
+# trace sees a row-major value, records no copy, and the graph hands the kernel a
+# ``permute``'s value. Inductor passes such a value as a strided view of the buffer it was
+# read from ([Note: views into library calls]); for weight norm's backward that gave wrong
+# gradients with no error (``nn.utils.parametrizations.weight_norm``, found by a sweep of
+# patterns outside the suite). So a view goes only to the calls below, which read any
+# strides (cuBLAS takes a transposed operand as is; convolutions and attention choose their
+# kernel by layout); every other library call gets a row-major argument, as the trace
+# said, copied where it is not.
+def _any_strides() -> frozenset[Any]:
+    aten = torch.ops.aten
+    names = ["mm", "addmm", "bmm", "baddbmm", "_grouped_mm", "convolution",
+             "convolution_backward", "_scaled_dot_product_flash_attention",
+             "_scaled_dot_product_flash_attention_backward",
+             "_scaled_dot_product_efficient_attention",
+             "_scaled_dot_product_efficient_attention_backward",
+             "_scaled_dot_product_cudnn_attention", "_scaled_dot_product_cudnn_attention_backward",
+             "_scaled_dot_product_flash_attention_for_cpu",
+             "_scaled_dot_product_flash_attention_for_cpu_backward"]
+    return frozenset(getattr(aten, n).default for n in names if hasattr(aten, n))
+
+
+ANY_STRIDES = _any_strides()
+# --8<-- [end:any-strides]
+
+
+def is_row_major(layout: Layout) -> bool:
+    """Whether ``layout``'s strides are its sizes' row-major ones (a dim of size 1 may have
+    any); False where symbols leave it unknown."""
+    row_major = contiguous_strides(layout.size)
+    return all(sympy.Eq(size, 1) is sympy.true or sympy.Eq(stride, want) is sympy.true
+               for size, stride, want in zip(layout.size, layout.stride, row_major))
 
 
 def has_aligned_rows(buffer: Buffer, align_bytes: int = 16) -> bool:
@@ -390,6 +430,23 @@ class GraphLowering(torch.fx.Interpreter):
         view = as_view(value, self.buffer_by_name) if isinstance(value, Pointwise) else None
         return view if view is not None else self.realize(value)
 
+    def realize_row_major(self, value: Any) -> Any:
+        """A library call's argument in row-major strides, as the trace gave it ([Note:
+        library calls that read any strides]): a view only if it is row-major, a buffer
+        inductor laid out otherwise copied."""
+        if isinstance(value, Pointwise):
+            view = as_view(value, self.buffer_by_name)
+            if view is not None and is_row_major(view.layout):
+                return view
+            return self.realize(value, FixedLayout(value.device, value.dtype,
+                                                   list(value.ranges),
+                                                   contiguous_strides(value.ranges)))
+        if isinstance(value, ComputedBuffer) and not is_row_major(value.layout):
+            copy = Pointwise(value.get_device(), value.get_dtype(), value.make_loader(),
+                             list(value.get_size()))
+            return self.realize_row_major(copy)
+        return self.realize(value) if isinstance(value, IRNode) else value
+
     def library_args(self, target: Any, args: Any, kwargs: Any) -> tuple[Any, Any]:
         """``realize_or_view`` over a library call's arguments; an argument the call wants
         aligned gets padded rows if inductor computes it ([Note: a library call's
@@ -406,7 +463,10 @@ class GraphLowering(torch.fx.Interpreter):
                              args[aligned].make_loader(), list(args[aligned].get_size()))
             args[aligned] = self.realize(copy, padded_rows_layout(copy))
         tree_map = torch.utils._pytree.tree_map
-        return tree_map(self.realize_or_view, args), tree_map(self.realize_or_view, kwargs)
+        # (a call that wants aligned rows reads strides: [Note: a library call's strides])
+        argument = (self.realize_or_view if target in ANY_STRIDES or aligned is not None
+                    else self.realize_row_major)
+        return tree_map(argument, args), tree_map(argument, kwargs)
 
     def run_node(self, n: torch.fx.Node) -> Any:
         self.current_node = n

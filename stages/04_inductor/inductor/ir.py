@@ -378,8 +378,9 @@ def as_view(value: IRNode, buffers: dict[str, Buffer]) -> ReinterpretView | None
     [Note: views into library calls]
     A library call needs a tensor, so an unrealized view (say the transposed weight of a
     Linear, ``permute(w)``) would be copied into a buffer first: a whole kernel that only
-    moves memory. aten's kernels accept any strides (mm reads a transposed operand as is),
-    so we hand them ``base.as_strided(size, stride, offset)`` instead.
+    moves memory. The calls that accept any strides (mm reads a transposed operand as is:
+    ``ANY_STRIDES`` in graph.py) are handed ``base.as_strided(size, stride, offset)``
+    instead ([Note: library calls that read any strides]).
     """
     # BEGIN EXERCISE inductor-view-extern: recognise a view so a library call reads it as is
     if not isinstance(value, Pointwise):

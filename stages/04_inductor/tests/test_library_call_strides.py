@@ -85,12 +85,16 @@ def _(x):
 
 
 @pytest.mark.parametrize("target", ["cpp", "triton"])
-def test_library_call_result_layout_follows_the_buffers_it_gets(target):
+def test_library_call_result_layout_follows_the_buffers_it_gets(target, monkeypatch):
     """[Note: what a library call returns]: the traced value says row-major; the call gets
-    a transposed view of a buffer and returns its result transposed too. The kernels are
-    compiled for the real layout, so the wrapper makes no copy."""
+    a transposed view of a buffer (as a call that reads any strides does) and returns its
+    result transposed too. The kernels are compiled for the real layout, so the wrapper
+    makes no copy."""
     import inductor
     from inductor_testing import prims_graph, to_target
+
+    monkeypatch.setattr(graph_module, "ANY_STRIDES",
+                        graph_module.ANY_STRIDES | {torch.ops.minipt2_test.twice_like.default})
 
     (a,) = to_target([torch.randn(5, 3)], target)
 
@@ -124,3 +128,49 @@ def test_an_input_argument_is_copied_into_padded_rows_only_when_it_must(monkeypa
     got, want = compiled(a), fn(a)
     assert got[:2].tolist() == ([row, 1] if cols > 1 else [3, 1])
     torch.testing.assert_close(got[2], want[2])
+
+
+@pytest.mark.parametrize("target", ["cpp", "triton"])
+def test_weight_norm_backward_gets_the_row_major_gradient_it_assumes(target):
+    """[Note: library calls that read any strides]: autograd's formula hands weight norm's
+    backward ``grad.contiguous()``, which the trace of prims (row-major values) records as
+    nothing; the kernel reads its argument as row-major memory, so a transposed view made
+    its gradients wrong. Values and gradients against eager."""
+    device = device_for(target)
+    torch.manual_seed(0)
+    v = torch.randn(8, 6, device=device, requires_grad=True)
+    g = torch.randn(8, 1, device=device, requires_grad=True)
+    x = torch.randn(4, 6, device=device)
+
+    def fn(v, g, x):
+        return x @ torch._weight_norm(v, g, 0).t()  # the weight's gradient is a transpose
+
+    compiled = driver.compile(fn, options={"target": target})
+    want, got = fn(v, g, x), compiled(v, g, x)
+    torch.testing.assert_close(got, want)
+    want_grads = torch.autograd.grad(want.square().sum(), [v, g])
+    got_grads = torch.autograd.grad(got.square().sum(), [v, g])
+    for mine, theirs in zip(got_grads, want_grads):
+        torch.testing.assert_close(mine, theirs)
+
+
+def test_only_calls_that_read_any_strides_get_strided_views():
+    """A matrix product reads a transposed operand as is; a call not on the list (CELU)
+    gets a row-major copy of it, made by a kernel."""
+    import inductor
+    from inductor_testing import prims_graph
+
+    a = torch.randn(5, 3)
+
+    def celu(p, x):
+        return p.call(torch.ops.aten.celu.default, p.permute(x, [1, 0]))
+
+    def mm(p, x):
+        return p.call(torch.ops.aten.mm.default, p.permute(x, [1, 0]), x)
+
+    for fn, want in [(celu, torch.nn.functional.celu(a.t())), (mm, a.t() @ a)]:
+        compiled = inductor.compile_fx_inner(prims_graph(fn, [a]), [a], target="cpp")
+        torch.testing.assert_close(compiled(a)[0], want)
+        wrapper = compiled.artifacts["wrapper"].split("def call")[1]
+        assert ("fallback_0(arg0.t(), arg0)" in wrapper) == (fn is mm), wrapper
+        assert ("cpp_fused_copy" in wrapper) == (fn is celu), wrapper
