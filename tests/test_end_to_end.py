@@ -576,3 +576,56 @@ def test_routed_experts_with_grouped_matmul(target):
     for got, want in zip(*runs):  # bfloat16 products: compare against each result's scale
         scale = want.float().abs().max().item()
         torch.testing.assert_close(got.float(), want.float(), rtol=2e-2, atol=2e-2 * scale)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_weight_and_spectral_norm_train_like_eager(target):
+    """``nn.utils.parametrizations``: weight norm's backward is a library call that assumes a
+    row-major gradient ([Note: library calls that read any strides]), and spectral norm's
+    power iteration writes its vectors into the module's buffers with ``out=`` ([Note: an
+    op with out=]). Two training steps: outputs, every gradient and both buffers match
+    eager's, in one graph (``fullgraph=True``: no break), with no frame run eagerly."""
+    norms = torch.nn.utils.parametrizations
+
+    def make():
+        torch.manual_seed(0)
+        return torch.nn.Sequential(norms.weight_norm(torch.nn.Linear(8, 16)), torch.nn.Tanh(),
+                                   norms.spectral_norm(torch.nn.Linear(16, 4))).to(DEVICE)
+    eager, model = make(), make()
+    compiled = driver.compile(model, fullgraph=True, options={"target": target})
+    for step in range(2):
+        x = torch.randn(5, 8, generator=torch.Generator().manual_seed(step)).to(DEVICE)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", dynamo.FallbackWarning)
+            got = compiled(x)
+        want = eager(x)
+        torch.testing.assert_close(got, want)
+        got.square().sum().backward()
+        want.square().sum().backward()
+        for (name, mine), theirs in zip(model.named_parameters(), eager.parameters()):
+            torch.testing.assert_close(mine.grad, theirs.grad, msg=name)
+        for mine, theirs in zip(model.buffers(), eager.buffers()):
+            torch.testing.assert_close(mine, theirs)
+    assert len(compiled.graphs) == 1
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_normal_samples_compile(target):
+    """``torch.distributions``' ``rsample`` fills ``torch.empty(shape).normal_()``, and
+    ``torch.normal(mean, std)``: traced, not run eagerly. The numbers are others than eager's
+    ([Note: random prims]): the reparameterized sample's gradient with respect to its mean
+    is exactly one, and a large draw has the mean and spread asked for."""
+    mu = torch.zeros(200, 100, device=DEVICE, requires_grad=True)
+
+    def sample(mu):
+        z = mu + 2.0 * torch.empty(mu.shape, device=mu.device).normal_()
+        return z, torch.normal(mu.detach() + 1.0, 0.5)
+
+    compiled = driver.compile(sample, options={"target": target})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", dynamo.FallbackWarning)
+        z, n = compiled(mu)
+    z.sum().backward()
+    torch.testing.assert_close(mu.grad, torch.ones_like(mu))
+    assert abs(z.mean().item()) < 0.05 and abs(z.std().item() - 2) < 0.05
+    assert abs(n.mean().item() - 1) < 0.02 and abs(n.std().item() - 0.5) < 0.02

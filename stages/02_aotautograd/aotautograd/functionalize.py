@@ -104,7 +104,53 @@ def functionalize(mode, func: OpOverload, args: tuple, kwargs: dict) -> object:
                if a.alias_info is not None and a.alias_info.is_write]
     if written == [0] and not func._schema.arguments[0].kwarg_only:
         return functionalize_inplace(mode, func, args, kwargs)
+    if written and all(func._schema.arguments[i].kwarg_only for i in written):
+        return functionalize_out(mode, func, args, kwargs, written)
     return functionalize_with_twin(mode, func, args, kwargs, written)
+
+
+# --8<-- [start:functionalize-out]
+# [Note: an op with out=]
+# ``torch.div(a, b, out=buf)`` is the ``div.out`` overload, which writes its result into
+# ``buf``. Spectral norm's power iteration computes its vectors so, into the module's own
+# buffers (``F.normalize(..., out=self._u)``). Traced, it is the overload that takes the same
+# arguments without the ``out=`` ones (``div.Tensor``), and each result becomes the new value
+# of its ``out`` tensor, cast to that tensor's dtype as the kernel's store would. ATen resizes
+# an ``out`` of another shape; that is not traced (the frame runs eagerly, with a warning).
+def functionalize_out(mode, func: OpOverload, args: tuple, kwargs: dict,
+                      written: list[int]) -> object:
+    """``foo.out(*args, out=buf)`` -> ``new = foo(*args)``; ``buf`` now stands for ``new``."""
+    schema = func._schema
+    names = {schema.arguments[i].name for i in written}
+    functional = _overload_without(func, names)
+    if functional is None:
+        raise AOTUnsupported(f"{func} has no overload without its out= arguments to trace")
+    targets = [kwargs[schema.arguments[i].name] for i in written]
+    with mode:
+        results = functional(*args, **{k: v for k, v in kwargs.items() if k not in names})
+        results = list(results) if isinstance(results, (tuple, list)) else [results]
+        if len(results) != len(targets) or any(
+                list(r.shape) != list(t.shape) for r, t in zip(results, targets)):
+            raise AOTUnsupported(f"{func} resizes its out= tensor")
+        results = [r if r.dtype == t.dtype else r.to(t.dtype) for r, t in zip(results, targets)]
+    for target, new in zip(targets, results):
+        write_back(mode, target, new, str(func))
+    return targets[0] if len(targets) == 1 else tuple(targets)
+
+
+def _overload_without(func: OpOverload, names: set[str]) -> OpOverload | None:
+    """The overload of ``func``'s op taking the same arguments but ``names``, returning
+    tensors (not the written aliases)."""
+    wanted = [(a.name, str(a.type)) for a in func._schema.arguments if a.name not in names]
+    packet = getattr(aten, func._schema.name.split("::")[-1], None)
+    for overload in packet.overloads() if packet is not None else []:
+        candidate = getattr(packet, overload)
+        if candidate._schema.is_mutable:
+            continue
+        if [(a.name, str(a.type)) for a in candidate._schema.arguments] == wanted:
+            return candidate
+    return None
+# --8<-- [end:functionalize-out]
 
 
 # --8<-- [start:functionalize-inplace]
@@ -343,18 +389,20 @@ def with_defaults(func: OpOverload, args: tuple) -> tuple:
 
 def functional_variant(func: OpOverload) -> OpOverload | None:
     """``aten.add_.Tensor`` -> ``aten.add.Tensor``; when the overload names differ
-    (``bernoulli_.float`` -> ``bernoulli.p``), the overload taking the same arguments."""
+    (``bernoulli_.float`` -> ``bernoulli.p``), the overload taking the same arguments; when
+    no ``foo`` takes them, aten's ``foo_functional`` (``normal_`` -> ``normal_functional``:
+    ``normal``'s overloads take a mean and a std, not a tensor to fill)."""
     name = func._schema.name.split("::")[-1]
     if not name.endswith("_") or name.startswith("_"):
         return None
-    packet = getattr(aten, name[:-1], None)
-    if packet is None:
-        return None
-    if func._overloadname in packet.overloads():
-        return getattr(packet, func._overloadname)
     wanted = [(a.name, str(a.type)) for a in func._schema.arguments]
-    for overload in packet.overloads():
-        candidate = getattr(packet, overload)
-        if [(a.name, str(a.type)) for a in candidate._schema.arguments] == wanted:
-            return candidate
+    for packet in (getattr(aten, name[:-1], None), getattr(aten, f"{name[:-1]}_functional", None)):
+        if packet is None:
+            continue
+        if func._overloadname in packet.overloads() and packet is getattr(aten, name[:-1]):
+            return getattr(packet, func._overloadname)
+        for overload in packet.overloads():
+            candidate = getattr(packet, overload)
+            if [(a.name, str(a.type)) for a in candidate._schema.arguments] == wanted:
+                return candidate
     return None

@@ -82,3 +82,15 @@ def test_a_parameter_rescaled_under_no_grad_is_written_back():
     got.sum().backward()
     want.sum().backward()
     torch.testing.assert_close(model.weight.grad, eager.weight.grad)
+
+
+def test_a_fill_in_place_becomes_its_functional_twin():
+    """``torch.empty(n).normal_()`` (how ``torch.distributions`` samples): ``normal`` has no
+    overload that takes a tensor to fill, so the twin is aten's ``normal_functional``."""
+    def fn(x):
+        return (x + torch.empty(x.shape).normal_(),)
+
+    gm = trace(fn, [torch.zeros(1000)])
+    assert not mutable_targets(gm)
+    (out,) = gm(torch.full((1000,), 5.0))
+    assert abs(out.mean().item() - 5) < 0.2 and 0.8 < out.std().item() < 1.2

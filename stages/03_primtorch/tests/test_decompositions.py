@@ -78,7 +78,8 @@ UNDEFINED_VALUES = {aten.empty.memory_format, aten.empty_like.default, aten.new_
 # dtype here; test_random.py checks their distributions and consistency.
 RANDOM = {aten.native_dropout.default, aten.bernoulli.p, aten.bernoulli.default,
           aten.rand.default, aten.rand_like.default, aten.randn.default,
-          aten.randn_like.default, aten.uniform.default}
+          aten.randn_like.default, aten.uniform.default, aten.normal_functional.default,
+          aten.normal.Tensor_Tensor, aten.normal.Tensor_float, aten.normal.float_Tensor}
 # Ops that write into their arguments (batch norm's running statistics): the decomposition
 # runs on copies, and the copies must end up equal to the arguments eager mutated.
 MUTATES = {aten.native_batch_norm.default, aten._native_batch_norm_legit.default}
@@ -143,6 +144,8 @@ COVERED_BY_HAND = {aten.pow.Scalar, aten.rsub.Scalar, aten._unsafe_view.default,
                    aten._scaled_dot_product_flash_attention_for_cpu.default,
                    aten._scaled_dot_product_flash_attention_for_cpu_backward.default,
                    aten.bernoulli.p, aten.native_dropout.default, aten.uniform.default,
+                   aten.normal_functional.default, aten.normal.Tensor_Tensor,
+                   aten.normal.Tensor_float, aten.normal.float_Tensor,
                    aten.rand_like.default, aten.copy.default, aten.fill.Tensor,
                    aten.div.Scalar_mode, aten.floor_divide.Scalar, aten.fmod.Scalar,
                    aten.remainder.Scalar_Tensor, aten.copysign.Scalar, aten.xlogy.Scalar_Self,
@@ -326,6 +329,10 @@ HAND_CASES = {
     aten.bernoulli.p: lambda x: aten.bernoulli.p(x.float(), 0.3),
     aten.native_dropout.default: lambda x: aten.native_dropout(x.float(), 0.3, True),
     aten.uniform.default: lambda x: aten.uniform(x.float(), -2, 3),
+    aten.normal_functional.default: lambda x: aten.normal_functional(x.float(), 1.0, 2.0),
+    aten.normal.Tensor_Tensor: lambda x: torch.normal(x.float(), x.float().abs() + 0.5),
+    aten.normal.Tensor_float: lambda x: torch.normal(x.float(), 0.5),
+    aten.normal.float_Tensor: lambda x: torch.normal(2.0, x.float().abs() + 0.5),
     aten.rand_like.default: lambda x: torch.rand_like(x.float()),
     aten.copy.default: lambda x: aten.copy(x, torch.tensor([1, 2, 3])),
     aten.fill.Tensor: lambda x: aten.fill(x, torch.tensor(7)),

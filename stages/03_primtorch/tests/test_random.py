@@ -48,3 +48,23 @@ def test_seeded_runs_repeat():
     first = fn([50])
     torch.manual_seed(5)
     assert torch.equal(fn([50]), first)
+
+
+def test_normal_fills_and_draws_with_the_mean_and_std_asked():
+    """``a.normal_(mean, std)`` (functionalized as ``normal_functional``: what
+    ``torch.distributions`` samples with) and ``torch.normal`` with tensor arguments."""
+    torch.manual_seed(0)
+    filled = decomposition_table[aten.normal_functional.default](
+        torch.empty(20000, dtype=torch.float64), 3.0, 2.0)
+    assert abs(filled.mean().item() - 3) < 0.06 and abs(filled.std().item() - 2) < 0.06
+    half = decomposition_table[aten.normal_functional.default](torch.empty(8, 4).bfloat16())
+    assert half.dtype == torch.bfloat16 and half.shape == (8, 4)
+    mean, std = torch.tensor([[-5.0], [5.0]]), torch.full((1, 20000), 0.5)
+    drawn = decomposition_table[aten.normal.Tensor_Tensor](mean, std)
+    assert drawn.shape == (2, 20000)
+    torch.testing.assert_close(drawn.mean(1), mean[:, 0], atol=0.03, rtol=0)
+    assert abs(drawn.std(1) - 0.5).max() < 0.03
+    drawn = decomposition_table[aten.normal.float_Tensor](1.0, torch.full((20000,), 0.1))
+    assert abs(drawn.mean().item() - 1) < 0.01 and abs(drawn.std().item() - 0.1) < 0.01
+    drawn = decomposition_table[aten.normal.Tensor_float](torch.zeros(20000), 2.0)
+    assert abs(drawn.std().item() - 2) < 0.06

@@ -281,13 +281,15 @@ _IN_PLACE_OPERATORS = {operator.iadd, operator.isub, operator.imul, operator.itr
 def _stores_itself(value: VariableTracker, current: VariableTracker) -> bool:
     """Whether ``module.buf = value`` stores back the tensor ``module.buf`` already is: the
     result of an in-place operator on it (``self.steps += 1`` compiles to an in-place add,
-    then an attribute store of its result, which is the same tensor)."""
+    then an attribute store of its result, which is the same tensor), or of an op that wrote
+    its result into it (spectral norm's power iteration: ``self._u = F.normalize(...,
+    out=self._u)``)."""
     from .tensor import TensorVariable
 
     if not (isinstance(value, TensorVariable) and isinstance(current, TensorVariable)):
         return False
     node, target = value.proxy.node, current.proxy.node
-    if node is target:
+    if node is target or node.kwargs.get("out") is target:
         return True
     in_place = node.target in _IN_PLACE_OPERATORS or (
         node.op == "call_method" and str(node.target).endswith("_"))

@@ -132,6 +132,30 @@ def randn_like(a: torch.Tensor, *, dtype=None, layout=None, device=None, pin_mem
     return _normal(a.shape, *_factory(dtype, device, like=a))
 
 
+@register_decomposition(aten.normal_functional.default)
+def normal_functional(a: torch.Tensor, mean: float = 0.0, std: float = 1.0, *,
+                      generator=None) -> torch.Tensor:
+    """The functional ``a.normal_(mean, std)``: what ``torch.distributions`` samples with
+    (``torch.empty(shape).normal_()``)."""
+    if generator is not None:
+        return NotImplemented
+    z = _normal(a.shape, computation_dtype(a.dtype), a.device)
+    return to_dtype(prims.add(prims.mul(z, scalar_like(z, std)), scalar_like(z, mean)),
+                    a.dtype)
+
+
+@register_decomposition(aten.normal.Tensor_Tensor, aten.normal.Tensor_float,
+                        aten.normal.float_Tensor)
+def normal(mean, std, *, generator=None) -> torch.Tensor:
+    """``torch.normal(mean, std)`` with a tensor among them: mean + std * N(0, 1), in the
+    broadcast shape of the two."""
+    if generator is not None:
+        return NotImplemented
+    (mean, std), dtype = elementwise_args(mean, std, kind=KIND.DEFAULT)
+    z = _normal(mean.shape, mean.dtype, mean.device)
+    return to_dtype(prims.add(prims.mul(z, std), mean), dtype)
+
+
 @register_decomposition(aten.uniform.default)
 def uniform_(a: torch.Tensor, from_: Number = 0, to: Number = 1, *, generator=None):
     """The functional ``a.uniform_(from, to)``: from + (to - from) * u."""
