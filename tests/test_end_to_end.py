@@ -594,7 +594,8 @@ def test_weight_and_spectral_norm_train_like_eager(target):
     eager, model = make(), make()
     compiled = driver.compile(model, fullgraph=True, options={"target": target})
     for step in range(2):
-        x = torch.randn(5, 8, generator=torch.Generator().manual_seed(step)).to(DEVICE)
+        x = torch.randn(5, 8, generator=torch.Generator().manual_seed(step), device="cpu")
+        x = x.to(DEVICE)
         with warnings.catch_warnings():
             warnings.simplefilter("error", dynamo.FallbackWarning)
             got = compiled(x)
