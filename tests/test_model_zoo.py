@@ -2,16 +2,18 @@
 ``driver.compile`` and checked against eager PyTorch.
 
 This is the project's sweep over common models outside ``benchmarks/models.py``: ViT,
-Transformer encoder and decoder, LSTM, GRU, ResNet, MobileNet, a UNet, a recommender, a LLaMA
-block, Swin-style windows, complex rotary embeddings, and zoos of norms, pools, activations and
-losses. Written as a sweep, half of them found a bug on the CPU or on the H200: a crash
-(EmbeddingBag, ``torch.sort(x).values``, LogSigmoid and a CPU scalar on the GPU), a silent or
-warned eager fallback (complex numbers, InstanceNorm's running statistics, a loss reading its
-input's values, a comprehension that breaks), or a wrong gradient (nn.MultiheadAttention in
-bfloat16 on the GPU). Each one trains two steps (outputs, gradients and BatchNorm's running
-statistics compared with an identical eager copy), then runs in eval mode under
-``torch.no_grad()``. No frame may fall back to eager (a ``dynamo.FallbackWarning`` fails the
-test); graph breaks are fine (LSTM and GRU break on purpose).
+Transformer encoder and decoder, LSTM, GRU, a packed LSTM with weight and spectral norm,
+ResNet, MobileNet, a UNet, a recommender, a LLaMA block, Swin-style windows, complex rotary
+embeddings, and zoos of norms, pools, activations and losses. Written as a sweep, half of them
+found a bug on the CPU or on the H200: a crash (EmbeddingBag, ``torch.sort(x).values``,
+LogSigmoid and a CPU scalar on the GPU), a silent or warned eager fallback (complex numbers,
+InstanceNorm's running statistics, a loss reading its input's values, a comprehension that
+breaks, packing by CPU lengths, spectral norm's ``out=``), or a wrong gradient
+(nn.MultiheadAttention in bfloat16 on the GPU, weight norm's backward). Each one trains two
+steps (outputs, gradients and BatchNorm's running statistics compared with an identical eager
+copy), then runs in eval mode under ``torch.no_grad()``. No frame may fall back to eager (a
+``dynamo.FallbackWarning`` fails the test); graph breaks are fine (LSTM and GRU break on
+purpose).
 
 The sizes are tiny: this runs on the CPU here. On a GPU the same file runs with
 ``MINIPT2_TEST_DEVICE=cuda``.
@@ -110,6 +112,23 @@ class GRUNet(nn.Module):
 
     def forward(self, x):
         return self.fc(self.gru(x)[0][:, -1])
+
+
+class PackedLSTM(nn.Module):
+    """A bidirectional nn.LSTM over a padded batch packed by its lengths (a CPU tensor the
+    packing reads: a graph break on each side), weight-normed and spectral-normed heads."""
+
+    def __init__(self):
+        super().__init__()
+        self.lstm = nn.LSTM(8, 16, batch_first=True, bidirectional=True)
+        self.norm = nn.utils.parametrizations.weight_norm(nn.Linear(32, 16))
+        self.head = nn.utils.parametrizations.spectral_norm(nn.Linear(16, 4))
+
+    def forward(self, x, lengths):
+        packed = nn.utils.rnn.pack_padded_sequence(x, lengths, batch_first=True,
+                                                   enforce_sorted=False)
+        out, _ = nn.utils.rnn.pad_packed_sequence(self.lstm(packed)[0], batch_first=True)
+        return self.head(torch.tanh(self.norm(out.sum(1))))
 
 
 class BasicBlock(nn.Module):
@@ -461,6 +480,7 @@ ZOO = {  # name: (model class, inputs)
     "encoder": (Encoder, lambda: (I(100, 4, 12),)),
     "lstm": (LSTMNet, lambda: (I(100, 4, 10),)),
     "gru": (GRUNet, lambda: (R(4, 7, 16),)),
+    "packed_lstm": (PackedLSTM, lambda: (R(3, 5, 8), torch.tensor([5, 3, 2]).cpu())),
     "resnet": (ResNet, lambda: (R(4, 3, 16, 16),)),
     "mobile": (MobileBlock, lambda: (R(4, 8, 8, 8),)),
     "unet": (UNetish, lambda: (R(2, 4, 8, 8),)),

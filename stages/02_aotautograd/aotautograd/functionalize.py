@@ -395,12 +395,17 @@ def functional_variant(func: OpOverload) -> OpOverload | None:
     name = func._schema.name.split("::")[-1]
     if not name.endswith("_") or name.startswith("_"):
         return None
-    wanted = [(a.name, str(a.type)) for a in func._schema.arguments]
+    types = [str(a.type) for a in func._schema.arguments]
+    wanted = [(a.name, t) for a, t in zip(func._schema.arguments, types)]
     for packet in (getattr(aten, name[:-1], None), getattr(aten, f"{name[:-1]}_functional", None)):
         if packet is None:
             continue
-        if func._overloadname in packet.overloads() and packet is getattr(aten, name[:-1]):
-            return getattr(packet, func._overloadname)
+        # the same overload name, if it takes the same types: ``pow_.Scalar`` raises a tensor
+        # to a number, ``pow.Scalar`` a number to a tensor (``pow.Tensor_Scalar`` is the twin)
+        same = getattr(packet, func._overloadname, None) \
+            if func._overloadname in packet.overloads() else None
+        if same is not None and [str(a.type) for a in same._schema.arguments] == types:
+            return same
         for overload in packet.overloads():
             candidate = getattr(packet, overload)
             if [(a.name, str(a.type)) for a in candidate._schema.arguments] == wanted:

@@ -304,3 +304,36 @@ def test_embedding_bag_results_have_the_cpu_sizes(mode, dtype, padding_idx, incl
     metas = [n.meta["val"] for n in gm.graph.nodes if n.target is operator.getitem]
     real = op(*args)
     assert [tuple(m.shape) for m in metas] == [tuple(r.shape) for r in real]
+
+
+@pytest.mark.parametrize("op", ["pow_", "float_power_", "ldexp_"])
+def test_an_in_place_op_traces_as_the_twin_taking_the_same_types(op):
+    """``pow_.Scalar`` raises a tensor to a number; ``pow.Scalar``, of the same overload name,
+    raises a number to a tensor: the twin is the overload that takes the same types
+    (``pow.Tensor_Scalar``). Autograd's formula for ``vector_norm(x, ord=3)`` calls
+    ``pow_`` so."""
+    x = torch.rand(3, 4, dtype=torch.float64) + 0.5
+    other = 3 if op != "ldexp_" else torch.tensor(2)
+
+    def fn(x):
+        h = x * 1.5
+        getattr(h, op)(other)
+        return h
+
+    gm = trace(fn, [x])
+    assert not [n for n in gm.graph.nodes if getattr(n.target, "_schema", None) is not None
+                and n.target._schema.is_mutable]
+    assert_close(gm(x), fn(x))
+
+
+def test_a_norm_of_order_three_has_eager_gradients():
+    import driver
+
+    x = torch.randn(3, 4, requires_grad=True)
+    x2 = x.detach().clone().requires_grad_()
+    want = torch.linalg.vector_norm(x, ord=3, dim=-1)
+    got = driver.compile(lambda t: torch.linalg.vector_norm(t, ord=3, dim=-1))(x2)
+    torch.testing.assert_close(got, want)
+    want.sum().backward()
+    got.sum().backward()
+    torch.testing.assert_close(x2.grad, x.grad)
