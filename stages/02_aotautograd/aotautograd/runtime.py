@@ -61,6 +61,14 @@ zero tensors, and launched a kernel for each, that nothing read. The Function tu
 (``set_materialize_grads(False)``) and makes zeros itself only for a differentiable output
 whose gradient is missing (an output the loss does not use), which the backward graph needs.
 
+[Note: no gradient where nothing was sent] A gradient the backward graph computes from those
+zeros alone is zero, where eager has none: a parameter that only an unused output reads
+(a second head the loss leaves out) keeps ``grad is None`` in eager, and an optimizer skips
+such a parameter, weight decay and momentum included. Ours got a tensor of zeros, so AdamW
+decayed the weights eager left alone. So the runtime knows, per gradient the backward graph
+returns, which tangents it is computed from (``tangents_read``, found once in the graph), and
+when every one of them was missing it hands autograd None for that gradient.
+
 [Note: new values outside the Function] The new values of mutated inputs are graph outputs
 that no gradient reaches, yet every output of an ``autograd.Function`` gets autograd's
 per-output bookkeeping, and one that is an input ([Note: inputs written in place]) even a
@@ -260,6 +268,20 @@ def fresh_outputs(outputs: Sequence, primals: Sequence) -> tuple:
     return tuple(fresh)
 
 
+def tangents_read(backward: torch.fx.GraphModule, count: int) -> list[frozenset[int]]:
+    """Per output of ``backward`` (whose last ``count`` placeholders are the tangents), the
+    tangents it is computed from ([Note: no gradient where nothing was sent])."""
+    placeholders = [n for n in backward.graph.nodes if n.op == "placeholder"]
+    tangent = {n: k for k, n in enumerate(placeholders[len(placeholders) - count:])}
+    read: dict[torch.fx.Node, frozenset[int]] = {}
+    for node in backward.graph.nodes:
+        if node.op == "output":
+            return [read.get(a, frozenset()) for a in node.args[0]]
+        read[node] = frozenset([tangent[node]]) if node in tangent else frozenset().union(
+            *(read[i] for i in node.all_input_nodes))
+    return []
+
+
 # --8<-- [start:runtime]
 def make_training_runtime(program: Program, partition: Partition, compiled_fw: Callable,
                           compiled_bw: Callable) -> Callable:
@@ -275,6 +297,7 @@ def make_training_runtime(program: Program, partition: Partition, compiled_fw: C
     no_tangent = [i for i in range(num_outputs - first) if i not in differentiable]
     # where each gradient the backward graph returns goes among the primals' gradients
     grad_slots = [i for i, has in zip(program.grad_primals, partition.has_grad) if has]
+    reads = tangents_read(partition.backward, len(differentiable))  # [Note: no gradient ...]
     finish = make_epilogue(program)
     # [Note: the Function's fixed cost]: what every call would find again, found once
     static = not program.size_sources  # no symbolic sizes: every call has the same shapes
@@ -321,8 +344,10 @@ def make_training_runtime(program: Program, partition: Partition, compiled_fw: C
                 saved = [next(tensors) if v is None else v for v in ctx.saved_sizes]
             grads = outside_autocast(compiled_bw, (*saved, *tangents))
             result = [None] * (1 + program.num_primals)  # (none for ``new_values``)
-            for index, grad in zip(grad_slots, grads):
-                result[1 + index] = grad
+            missing = {k for k, i in enumerate(differentiable) if grad_outputs[i] is None}
+            for index, grad, read in zip(grad_slots, grads, reads):
+                if not (missing and read and read <= missing):  # [Note: no gradient ...]
+                    result[1 + index] = grad
             return tuple(result)
 
     # [Note: applying the Function]: autograd's C ``apply`` itself, unless functorch needs

@@ -390,3 +390,37 @@ def test_backward_compiler_gets_example_inputs_and_meta():
     assert [tuple(e.shape) for e in examples] == [tuple(p.meta["val"].shape)
                                                   for p in placeholders]
     assert compiled.partition.saved == [p.name for p in placeholders][:len(examples) - 1]
+
+
+@pytest.mark.parametrize("target", ["cpp", "triton"])
+def test_a_parameter_only_an_unused_output_reads_gets_no_gradient(target):
+    """[Note: no gradient where nothing was sent]: a second head the loss leaves out keeps
+    ``grad is None``, as in eager, so AdamW's weight decay leaves it alone; the head the loss
+    uses, and the trunk both heads read, get eager's gradients."""
+    import driver
+
+    class TwoHeads(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.trunk = torch.nn.Linear(8, 8)
+            self.used, self.unused = torch.nn.Linear(8, 2), torch.nn.Linear(8, 2)
+
+        def forward(self, x):
+            h = torch.tanh(self.trunk(x))
+            return self.used(h), self.unused(h)
+
+    def make():
+        torch.manual_seed(0)
+        model = TwoHeads()
+        return model, torch.optim.AdamW(model.parameters(), lr=0.1, weight_decay=0.5)
+    (eager, eager_opt), (model, opt) = make(), make()
+    compiled = driver.compile(model, options={"target": target})
+    for step in range(2):
+        x = torch.randn(4, 8, generator=torch.Generator().manual_seed(step))
+        for net, optimizer in ((eager, eager_opt), (compiled, opt)):
+            optimizer.zero_grad()
+            net(x)[0].square().sum().backward()
+            optimizer.step()
+        assert model.unused.weight.grad is None and eager.unused.weight.grad is None
+        for (name, mine), theirs in zip(model.named_parameters(), eager.parameters()):
+            torch.testing.assert_close(mine, theirs, msg=name)
