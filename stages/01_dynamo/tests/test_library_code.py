@@ -954,3 +954,47 @@ def test_a_cached_answer_is_guarded_by_asking_again(backend, no_fallback):
     assert backend.calls == 2
     _FLAG["on"] = False
     _flag_is_on.cache_clear()
+
+
+class Layers(collections.abc.Sequence):
+    """transformers 5's per-layer view of a config, in small: a Sequence that writes only
+    ``__len__`` and ``__getitem__``."""
+
+    def __init__(self, scales):
+        self.scales = scales
+
+    def __len__(self):
+        return len(self.scales)
+
+    def __getitem__(self, i):
+        if i >= len(self.scales):
+            raise IndexError(i)
+        return self.scales[i]
+
+
+LAYERS = Layers([1.0, 2.0, 3.0])
+
+
+def iterates_layers(x):
+    for scale in LAYERS:
+        x = torch.sin(x) * scale
+    return x, [s for s in LAYERS]
+
+
+def test_iterating_a_sequence_unrolls_over_its_length(backend, no_fallback):
+    """[Note: iterating a Sequence]: one graph, three layers; a longer view recompiles."""
+    opt = dynamo.optimize(backend)(iterates_layers)
+    x = torch.randn(4)
+
+    def same(got, want):
+        torch.testing.assert_close(got[0], want[0])
+        assert got[1] == want[1]
+    same(opt(x), iterates_layers(x))
+    assert len(backend.graphs) == 1
+    assert sum(1 for n in backend.graphs[0].graph.nodes if n.target is torch.sin) == 3
+    LAYERS.scales.append(4.0)
+    try:
+        same(opt(x), iterates_layers(x))
+    finally:
+        LAYERS.scales.pop()
+    assert len(backend.graphs) == 2

@@ -13,6 +13,7 @@ Chapter: book/docs/dynamo.md ("Variables", "Side effects").
 from __future__ import annotations
 
 import collections
+import collections.abc
 import contextlib
 import dataclasses
 import functools
@@ -432,6 +433,27 @@ class UserObjectVariable(VariableTracker):
 
     def store_attr(self, tx: InstructionTranslator, name: str, value: VariableTracker) -> None:
         tx.output.side_effects.store_attr(self, name, value)
+
+    # [Note: iterating a Sequence]
+    # A class that subclasses ``collections.abc.Sequence`` and writes only ``__len__`` and
+    # ``__getitem__`` is iterated by the mixin's ``__iter__``, a generator that indexes
+    # ``self[0]``, ``self[1]``, ... until ``IndexError``; the Sequence contract says that is
+    # ``len(self)`` items. So the loop is unrolled over ``self[i]`` for ``i`` below
+    # ``len(self)``, both methods traced (their reads are guarded as any). transformers 5.24
+    # builds its ``DynamicCache`` by iterating such a per-layer view of the config (Gemma-2,
+    # Phi-3, Qwen2-MoE, GPT-Neo); the cache's layer objects it then constructs still break
+    # the graph there.
+    def unpack(self, tx: InstructionTranslator) -> list[VariableTracker]:
+        cls = type(self.value)
+        if (getattr(cls, "__iter__", None) is not collections.abc.Sequence.__iter__
+                or not all(isinstance(inspect.getattr_static(cls, m, None), types.FunctionType)
+                           for m in ("__len__", "__getitem__"))):
+            return super().unpack(tx)
+        length = self.call_method(tx, "__len__", [], {})
+        if not (length.is_python_constant() and type(length.as_python_constant()) is int):
+            unimplemented(f"iterating over a {cls.__qualname__} of unknown length")
+        return [self.call_method(tx, "__getitem__", [ConstantVariable(i)], {})
+                for i in range(length.as_python_constant())]
 
     def call_method(self, tx, name, args, kwargs):
         """``obj[key]``, ``len(obj)``, ``key in obj``...: the class's own Python method,
