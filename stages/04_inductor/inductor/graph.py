@@ -163,8 +163,9 @@ ALIGNED_ARGS = _aligned_args()
 
 # --8<-- [start:any-strides]
 # [Note: library calls that read any strides]
-# A prim's value is row-major: the shape prims copy in eager ([Note: the shape prims] in
-# primtorch), and the trace's meta tensors say so. So when an autograd formula asks
+# A prim's value is row-major: the shape prims (``permute``, ``reshape``...) copy in eager
+# (primtorch's ``prims.py``: "Shape prims return fresh row-major tensors"), and the trace's
+# meta tensors say so. So when an autograd formula asks
 # ``grad.contiguous()`` before calling an ATen kernel that assumes contiguous memory (weight
 # norm's backward does: ``_weight_norm_interface_backward(grad.contiguous(), ...)``), the
 # trace sees a row-major value, records no copy, and the graph hands the kernel a
