@@ -100,6 +100,8 @@ def functionalize(mode, func: OpOverload, args: tuple, kwargs: dict) -> object:
     rule = FUNCTIONALIZATION_RULES.get(func)
     if rule is not None:
         return rule(mode, *args, **kwargs)
+    if func in IN_PLACE_VIEWS:  # [Note: a view op in place]
+        return view_in_place(mode, func, args, kwargs)
     written = [i for i, a in enumerate(func._schema.arguments)
                if a.alias_info is not None and a.alias_info.is_write]
     if written == [0] and not func._schema.arguments[0].kwarg_only:
@@ -107,6 +109,50 @@ def functionalize(mode, func: OpOverload, args: tuple, kwargs: dict) -> object:
     if written and all(func._schema.arguments[i].kwarg_only for i in written):
         return functionalize_out(mode, func, args, kwargs, written)
     return functionalize_with_twin(mode, func, args, kwargs, written)
+
+
+# --8<-- [start:view-in-place]
+# [Note: a view op in place]
+# ``x.unsqueeze_(0)`` and ``x.transpose_(0, 1)`` change no element, only the geometry of ``x``
+# itself. ATen's own C++ does it to temporaries it has just made: ``F.affine_grid`` unsqueezes
+# a ``linspace`` in place, ``torch.stft`` transposes its result; the tracer refused both
+# ("changed the shape of the tensor it writes"), and their frames ran eagerly. The C++ caller
+# holds the very tensor object, so its geometry must change where it is: the aten op runs on
+# the TracerTensor with the Python dispatch key excluded, which updates the wrapper's sizes and
+# strides as it would a real tensor's, and the TracerTensor is re-pointed at the node of the
+# functional view (``unsqueeze``), as an in-place op re-points its ``self``. Only for a
+# tensor the program computed and took no view of yet: a view taken before would still
+# describe the old geometry ([Note: mutation through views] replays it), and an input's
+# geometry is the caller's.
+def _in_place_views() -> dict[OpOverload, OpOverload]:
+    found = {}
+    for name in ("unsqueeze_", "squeeze_", "transpose_", "t_", "swapdims_", "swapaxes_"):
+        packet = getattr(aten, name, None)
+        for overload in packet.overloads() if packet is not None else []:
+            twin = functional_variant(getattr(packet, overload))  # transpose_ -> transpose.int
+            if twin is not None:
+                found[getattr(packet, overload)] = twin
+    return found
+
+
+IN_PLACE_VIEWS: dict[OpOverload, OpOverload] = {}  # (filled at the end of the module)
+_PYTHON_KEYS = (torch._C.DispatchKeySet(torch._C.DispatchKey.Python)
+                | torch._C.DispatchKeySet(torch._C.DispatchKey.PythonTLSSnapshot))
+
+
+def view_in_place(mode, func: OpOverload, args: tuple, kwargs: dict) -> object:
+    """``x.unsqueeze_(d)``: ``x`` takes the geometry and the value of ``unsqueeze(x, d)``."""
+    target = args[0]
+    if (not isinstance(target, proxy_tensor.TracerTensor) or target.base is not None
+            or target.role != "intermediate" or target.views):
+        raise AOTUnsupported(f"{func} on a graph input, a view, or a tensor with views")
+    with mode:
+        new = IN_PLACE_VIEWS[func](*args, **kwargs)
+    with torch._C._ExcludeDispatchKeyGuard(_PYTHON_KEYS):
+        func(*args, **kwargs)  # the wrapper's own sizes and strides, as eager's
+    target.meta, target.proxy, target.views = new.meta, new.proxy, 0
+    return target
+# --8<-- [end:view-in-place]
 
 
 # --8<-- [start:functionalize-out]
@@ -411,3 +457,6 @@ def functional_variant(func: OpOverload) -> OpOverload | None:
             if [(a.name, str(a.type)) for a in candidate._schema.arguments] == wanted:
                 return candidate
     return None
+
+
+IN_PLACE_VIEWS.update(_in_place_views())

@@ -88,6 +88,7 @@ class TracerTensor(torch.Tensor):
         self.base, self.base_version, self.version = None, 0, 0
         self.view_meta = None  # for a view of an input: eager's size/stride/offset
         self.view_steps = ()
+        self.views = 0  # how many views were taken of this tensor (owners only)
         self.role, self.input_index = "intermediate", None
         return self
 
@@ -372,6 +373,7 @@ def _as_view(t: TracerTensor, owner: TracerTensor, geometry: torch.Tensor | None
         t = TracerTensor(t.meta, t.device, t.proxy, layout=geometry)
     t.base, t.base_version, t.view_meta = owner, owner.version, geometry
     t.view_steps = steps  # how to make it again from ``owner``: [Note: mutation through views]
+    owner.views += 1  # ([Note: a view op in place])
     return t
 
 

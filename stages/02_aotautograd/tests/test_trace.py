@@ -337,3 +337,35 @@ def test_a_norm_of_order_three_has_eager_gradients():
     want.sum().backward()
     got.sum().backward()
     torch.testing.assert_close(x2.grad, x.grad)
+
+
+def test_a_view_op_in_place_changes_the_geometry_of_a_computed_tensor():
+    """[Note: a view op in place]: ``unsqueeze_`` and ``transpose_`` on a tensor the program
+    made: its shape and strides change where the caller holds it, and the graph reads the
+    functional view; no mutable op is left."""
+    def fn(x):
+        h = x * 2
+        h.unsqueeze_(0)
+        shape = h.shape
+        h.transpose_(1, 2)
+        return h + 1, torch.tensor(shape), torch.tensor(h.stride())
+
+    x = torch.randn(3, 4)
+    gm = trace(fn, [x])
+    assert not [n for n in gm.graph.nodes if getattr(n.target, "_schema", None) is not None
+                and n.target._schema.is_mutable]
+    assert_close(gm(x)[:1], fn(x)[:1])
+    want = fn(x)
+    assert gm(x)[1].tolist() == want[1].tolist() == [1, 3, 4]
+
+
+def test_a_view_op_in_place_on_a_tensor_with_views_is_refused():
+    """A view taken before would still describe the old geometry: not traced."""
+    def fn(x):
+        h = x * 2
+        first = h[0]
+        h.unsqueeze_(0)
+        return h, first
+
+    with pytest.raises(AOTUnsupported, match="unsqueeze_"):
+        trace(fn, [torch.randn(3, 4)])
