@@ -284,10 +284,15 @@ def test_attribute_write_is_replayed(backend):
     assert model.last_batch == 3
 
 
-def test_hooks_break_the_graph_with_reason(backend, no_fallback):
+def test_forward_hooks_are_traced_and_backward_hooks_break_with_reason(backend, no_fallback):
+    """[Note: forward hooks]: a forward hook is part of the graph; a backward hook is a
+    graph break, with its reason."""
     model = MLP()
     model.fc1.register_forward_hook(lambda m, i, o: o * 2)
     x = torch.randn(2, 8)
+    torch.testing.assert_close(dynamo.optimize(backend)(model.forward)(x), model(x))
+    assert dynamo.explain(model.forward)(x).graph_break_count == 0
+    model.fc2.register_full_backward_hook(lambda m, grad_in, grad_out: None)
     torch.testing.assert_close(dynamo.optimize(backend)(model.forward)(x), model(x))
     report = dynamo.explain(model.forward)(x)
     assert report.graph_break_count == 1 and "hooks" in report.breaks[0].reason

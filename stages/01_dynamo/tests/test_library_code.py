@@ -998,3 +998,37 @@ def test_iterating_a_sequence_unrolls_over_its_length(backend, no_fallback):
     finally:
         LAYERS.scales.pop()
     assert len(backend.graphs) == 2
+
+
+def hooked_model(log):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
+    model[0].register_forward_hook(lambda mod, args, out: log.append(tuple(out.shape)))
+    model[2].register_forward_pre_hook(lambda mod, args: (args[0] * 2,))
+    model[2].register_forward_hook(lambda mod, args, out: out + args[0].sum())
+    return model
+
+
+def test_forward_hooks_are_traced_like_call(backend, no_fallback):
+    """[Note: forward hooks]: a pre hook that replaces the arguments, a hook that replaces the
+    output and one that records: one graph, eager's values and side effects; a hook added
+    later recompiles; a backward hook is still a break, never a wrong answer."""
+    log = []
+    model = hooked_model(log)
+    x = torch.randn(4, 8)
+    want = model(x)
+    opt = dynamo.optimize(backend)(model.forward)  # Sequential.forward calls each hooked layer
+    torch.testing.assert_close(opt(x), want)
+    assert log == [(4, 16), (4, 16)] and len(backend.graphs) == 1
+    assert sum("linear" in str(n.target) for n in backend.graphs[0].graph.nodes) == 2
+    handle = model[1].register_forward_hook(lambda mod, args, out: out * 0.5)
+    try:
+        torch.testing.assert_close(opt(x), model(x))
+        assert len(backend.graphs) == 2
+    finally:
+        handle.remove()
+    handle = model[1].register_full_backward_hook(lambda mod, grad_in, grad_out: None)
+    try:
+        torch.testing.assert_close(opt(x), model(x))
+    finally:
+        handle.remove()

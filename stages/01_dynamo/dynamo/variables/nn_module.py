@@ -55,6 +55,19 @@ _CONTAINERS = (torch.nn.Sequential, torch.nn.ModuleList, torch.nn.ModuleDict,
                torch.nn.ParameterList, torch.nn.ParameterDict)
 
 
+def forward_hooks_only(module: torch.nn.Module) -> bool:
+    """Whether the module's hooks are plain forward and forward-pre hooks of its own, which
+    the trace calls itself ([Note: forward hooks]): no backward or global hooks, none taking
+    keyword arguments or asked to run on an exception."""
+    hooks = torch.nn.modules.module
+    return not (module._backward_hooks or getattr(module, "_backward_pre_hooks", {})
+                or hooks._global_forward_hooks or hooks._global_forward_pre_hooks
+                or hooks._global_backward_hooks or getattr(hooks, "_global_backward_pre_hooks", {})
+                or getattr(module, "_forward_hooks_with_kwargs", {})
+                or getattr(module, "_forward_pre_hooks_with_kwargs", {})
+                or getattr(module, "_forward_hooks_always_called", {}))
+
+
 def has_hooks(module: torch.nn.Module) -> bool:
     hooks = torch.nn.modules.module
     local = (module._forward_hooks, module._forward_pre_hooks, module._backward_hooks,
@@ -122,9 +135,11 @@ class NNModuleVariable(VariableTracker):
         kwargs: dict[str, VariableTracker],
     ) -> VariableTracker:
         module = self.value
-        if has_hooks(module):
+        if has_hooks(module) and (self.source is None or not forward_hooks_only(module)):
             unimplemented(f"calling {type(module).__qualname__} which has hooks registered")
-        if self.source is not None:  # another instance of the class may have some
+        if has_hooks(module):
+            self.guard_hooks(tx)  # [Note: forward hooks]: called by ``call_forward``
+        elif self.source is not None:  # another instance of the class may have some
             src = self.source
             tx.output.add_guards([Guard(src, "HOOKS", f"not ({src}._forward_hooks or "
                                         f"{src}._forward_pre_hooks or {src}._backward_hooks "
@@ -142,9 +157,58 @@ class NNModuleVariable(VariableTracker):
             unimplemented(f"{cls.__qualname__} overrides __call__")
         return self.call_forward(tx, args, kwargs)
 
+    # --8<-- [start:forward-hooks]
+    # [Note: forward hooks]
+    # ``nn.Module.__call__`` runs the module's forward-pre hooks on its arguments, the forward,
+    # then its forward hooks on the arguments and the output; a hook that returns something
+    # replaces the arguments (pre) or the output. Libraries install such hooks on layers that
+    # most calls never look at: transformers 5 records hidden states with a forward hook on
+    # each SegFormer stage that returns at once unless a collector is active. A call of a
+    # hooked module was a graph break, and the stage ran eagerly. Now the trace calls the
+    # hooks as ``__call__`` would, each traced like any function: the hooks are guarded by
+    # identity and order (``list(m._forward_hooks.items())``), backward hooks by absence. A
+    # module with backward hooks, global hooks or hooks that take keyword arguments is still a
+    # break.
+    def guard_hooks(self, tx: InstructionTranslator) -> None:
+        """The module's forward hooks are these, in this order; it has no backward hooks."""
+        src, module = self.source, self.value
+        pre = [(k, id(h)) for k, h in module._forward_pre_hooks.items()]
+        post = [(k, id(h)) for k, h in module._forward_hooks.items()]
+        tx.output.add_guards([Guard(src, "HOOKS", (
+            f"[(k, id(h)) for k, h in {src}._forward_pre_hooks.items()] == {pre} and "
+            f"[(k, id(h)) for k, h in {src}._forward_hooks.items()] == {post} and not "
+            f"({src}._backward_hooks or {src}._backward_pre_hooks)"))])
+
+    def call_with_hooks(self, tx: InstructionTranslator, args: list[VariableTracker],
+                        kwargs: dict[str, VariableTracker]) -> VariableTracker:
+        """``_call_impl``'s forward path: pre hooks, ``forward``, hooks (guarded by
+        ``guard_hooks``)."""
+        from .builder import wrap
+        from .lists import TupleVariable
+
+        module, src = self.value, self.source
+        arguments = TupleVariable(tuple(args))
+        for key, hook in list(module._forward_pre_hooks.items()):
+            result = wrap(tx.output, hook, f"{src}._forward_pre_hooks[{key}]").call_function(
+                tx, [self, arguments], {})
+            if not _is_none(result):
+                arguments = result if isinstance(result, TupleVariable) else \
+                    TupleVariable((result,))
+        output = self.call_forward(tx, list(arguments.items), kwargs, hooked=False)
+        for key, hook in list(module._forward_hooks.items()):
+            result = wrap(tx.output, hook, f"{src}._forward_hooks[{key}]").call_function(
+                tx, [self, arguments, output], {})
+            if not _is_none(result):
+                output = result
+        return output
+    # --8<-- [end:forward-hooks]
+
     def call_forward(self, tx: InstructionTranslator, args: list[VariableTracker],
-                     kwargs: dict[str, VariableTracker]) -> VariableTracker:
-        """``nn.Module.__call__`` itself: no hooks (checked by the caller), so the forward."""
+                     kwargs: dict[str, VariableTracker], hooked: bool = True) -> VariableTracker:
+        """``nn.Module.__call__`` itself: its forward hooks around the forward ([Note: forward
+        hooks]; the caller checked that they are all it has), then the forward."""
+        if hooked and (self.value._forward_hooks or self.value._forward_pre_hooks):
+            return self.call_with_hooks(tx, args, kwargs)
         if "forward" in self.value.__dict__:  # patched on the instance, as eager finds it
             return self.var_getattr(tx, "forward").call_function(tx, args, kwargs)
         cls = type(self.value)
@@ -276,6 +340,10 @@ def _listing(tx, module_vt: NNModuleVariable, name: str):
 _IN_PLACE_OPERATORS = {operator.iadd, operator.isub, operator.imul, operator.itruediv,
                        operator.ifloordiv, operator.imod, operator.ipow, operator.iand,
                        operator.ior, operator.ixor, operator.ilshift, operator.irshift}
+
+
+def _is_none(value: VariableTracker) -> bool:
+    return isinstance(value, ConstantVariable) and value.value is None
 
 
 def _stores_itself(value: VariableTracker, current: VariableTracker) -> bool:
