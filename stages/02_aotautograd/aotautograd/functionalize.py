@@ -189,13 +189,7 @@ def _overload_without(func: OpOverload, names: set[str]) -> OpOverload | None:
     tensors (not the written aliases)."""
     wanted = [(a.name, str(a.type)) for a in func._schema.arguments if a.name not in names]
     packet = getattr(aten, func._schema.name.split("::")[-1], None)
-    for overload in packet.overloads() if packet is not None else []:
-        candidate = getattr(packet, overload)
-        if candidate._schema.is_mutable:
-            continue
-        if [(a.name, str(a.type)) for a in candidate._schema.arguments] == wanted:
-            return candidate
-    return None
+    return None if packet is None else _overload_taking(packet, wanted, mutable=False)
 # --8<-- [end:functionalize-out]
 
 
@@ -452,10 +446,22 @@ def functional_variant(func: OpOverload) -> OpOverload | None:
             if func._overloadname in packet.overloads() else None
         if same is not None and [str(a.type) for a in same._schema.arguments] == types:
             return same
-        for overload in packet.overloads():
-            candidate = getattr(packet, overload)
-            if [(a.name, str(a.type)) for a in candidate._schema.arguments] == wanted:
-                return candidate
+        found = _overload_taking(packet, wanted)
+        if found is not None:
+            return found
+    return None
+
+
+def _overload_taking(packet, wanted: list[tuple[str, str]],
+                     mutable: bool = True) -> OpOverload | None:
+    """The overload of ``packet`` whose arguments are ``wanted`` (names and types); with
+    ``mutable=False``, only one that writes none of them."""
+    for overload in packet.overloads():
+        candidate = getattr(packet, overload)
+        if not mutable and candidate._schema.is_mutable:
+            continue
+        if [(a.name, str(a.type)) for a in candidate._schema.arguments] == wanted:
+            return candidate
     return None
 
 

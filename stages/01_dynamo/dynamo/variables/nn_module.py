@@ -45,7 +45,7 @@ from ..exc import UserErrorInTrace, unimplemented
 from ..guards import Guard
 from .base import VariableTracker
 from .constant import ConstantVariable
-from .user_defined import class_attribute
+from .user_defined import _is_none, class_attribute
 
 if TYPE_CHECKING:
     from ..codegen import Residual
@@ -135,9 +135,10 @@ class NNModuleVariable(VariableTracker):
         kwargs: dict[str, VariableTracker],
     ) -> VariableTracker:
         module = self.value
-        if has_hooks(module) and (self.source is None or not forward_hooks_only(module)):
+        hooked = has_hooks(module)
+        if hooked and (self.source is None or not forward_hooks_only(module)):
             unimplemented(f"calling {type(module).__qualname__} which has hooks registered")
-        if has_hooks(module):
+        if hooked:
             self.guard_hooks(tx)  # [Note: forward hooks]: called by ``call_forward``
         elif self.source is not None:  # another instance of the class may have some
             src = self.source
@@ -340,10 +341,6 @@ def _listing(tx, module_vt: NNModuleVariable, name: str):
 _IN_PLACE_OPERATORS = {operator.iadd, operator.isub, operator.imul, operator.itruediv,
                        operator.ifloordiv, operator.imod, operator.ipow, operator.iand,
                        operator.ior, operator.ixor, operator.ilshift, operator.irshift}
-
-
-def _is_none(value: VariableTracker) -> bool:
-    return isinstance(value, ConstantVariable) and value.value is None
 
 
 def _stores_itself(value: VariableTracker, current: VariableTracker) -> bool:
