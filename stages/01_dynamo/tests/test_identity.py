@@ -1,4 +1,5 @@
-"""[Note: `is` between tensors]: ``query is key`` (nn.MultiheadAttention) inside a graph."""
+"""[Note: `is` between tensors]: ``query is key`` (nn.MultiheadAttention) inside a graph; and
+[Note: one container, two names]: a list or dict from outside, reached by two names."""
 
 from __future__ import annotations
 
@@ -68,3 +69,45 @@ def test_ops_that_return_their_input_answer_as_in_eager(backend, no_fallback):
     transposed = torch.randn(3, 4).t()  # not contiguous: a copy, another object
     opt = dynamo.optimize(backend)(lambda t: (t.contiguous() is t, t + 1))
     assert opt(transposed)[0] is False
+
+
+TABLE = {"scale": 2.0}
+HISTORY = [1.0]
+
+
+def same_global_twice(x):
+    table = TABLE
+    return x * table["scale"], table is TABLE, TABLE is not TABLE, HISTORY is HISTORY
+
+
+def test_a_global_dict_is_itself(backend, no_fallback):
+    """A dict's tracker made a new dict each time it was asked for its value, so
+    ``TABLE is TABLE`` was False in the trace (a wrong answer, silently)."""
+    x = torch.randn(3)
+    got = dynamo.optimize(backend)(same_global_twice)(x)
+    torch.testing.assert_close(got[0], x * 2)
+    assert got[1:] == same_global_twice(x)[1:] == (True, False, True)
+
+
+class Recorder(torch.nn.Module):
+    def __init__(self, log: list):
+        super().__init__()
+        self.log = log
+
+    def forward(self, x):
+        HISTORY.append(3.0)  # through the global name...
+        return x * len(self.log), self.log is HISTORY  # ...read through the attribute
+
+
+def test_one_list_reached_by_two_names_is_one_list(backend, no_fallback):
+    """The module's ``log`` is the global ``HISTORY``: the append through one name is seen
+    through the other, as in eager; a module with a list of its own is told apart."""
+    x = torch.ones(2)
+    HISTORY[:] = [1.0]
+    got = dynamo.optimize(backend)(Recorder(HISTORY).forward)(x)
+    torch.testing.assert_close(got[0], x * 2)  # eager: len 2, after the append
+    assert got[1] is True and HISTORY == [1.0, 3.0]
+    HISTORY[:] = [1.0]
+    got = dynamo.optimize(backend)(Recorder([5.0]).forward)(x)
+    torch.testing.assert_close(got[0], x * 1)
+    assert got[1] is False and HISTORY == [1.0, 3.0]

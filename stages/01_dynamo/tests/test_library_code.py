@@ -3,6 +3,7 @@ blocks, configs with custom attribute access, imports in function bodies, the
 ``is_compiling`` question, registries subclassing dict, C methods of objects, and installed
 packages that are the user's code, not a library's. Each is checked against eager."""
 
+import abc
 import collections
 import collections.abc
 import contextlib
@@ -1032,3 +1033,90 @@ def test_forward_hooks_are_traced_like_call(backend, no_fallback):
         torch.testing.assert_close(opt(x), model(x))
     finally:
         handle.remove()
+
+
+class CacheLayer(abc.ABC):
+    """transformers' cache layers: an abstract base (``ABCMeta``) with two kinds of layer."""
+
+    @abc.abstractmethod
+    def update(self, keys: torch.Tensor) -> torch.Tensor: ...
+
+
+class FullLayer(CacheLayer):
+    def __init__(self):
+        self.keys = None
+
+    def update(self, keys):
+        self.keys = keys if self.keys is None else torch.cat([self.keys, keys])
+        return self.keys
+
+
+class WindowLayer(FullLayer):
+    def __init__(self, window: int):
+        super().__init__()
+        self.window = window
+
+    def update(self, keys):
+        return super().update(keys)[-self.window:]
+
+
+LAYER_KINDS = {"full": FullLayer, "window": WindowLayer}  # a global dict, read in a listcomp
+
+
+class LayerCache:
+    def __init__(self, kinds: list[str], kwargs: list[dict]):
+        self.layers = [LAYER_KINDS[kind](**kw) for kind, kw in zip(kinds, kwargs)]
+
+
+def fills_a_new_cache(x):
+    cache = LayerCache(["full", "window"], [{}, {"window": 2}])
+    out = sum(layer.update(x * (i + 1)).sum() for i, layer in enumerate(cache.layers))
+    return out, cache
+
+
+def test_a_cache_of_abstract_layers_made_in_the_frame(backend, no_fallback):
+    """transformers' ``DynamicCache(config=...)``, made in every decoder's forward: layers of
+    an abstract base class, picked from a global dict inside a comprehension. The global read
+    broke the graph ([Note: a container that did not change]: the comprehension's globals had
+    been copied), and so did the ``ABCMeta`` metaclass; now one graph, the cache rebuilt after
+    it with its layers' tensors."""
+    opt = dynamo.optimize(backend, fullgraph=True)(fills_a_new_cache)
+    x = torch.randn(3)
+    (got, cache), (want, expected) = opt(x), fills_a_new_cache(x)
+    torch.testing.assert_close(got, want)
+    assert [type(layer) for layer in cache.layers] == [FullLayer, WindowLayer]
+    assert cache.layers[1].window == 2
+    for mine, theirs in zip(cache.layers, expected.layers):
+        torch.testing.assert_close(mine.keys, theirs.keys)
+    assert len(backend.graphs) == 1
+
+
+def makes_an_abstract_layer(x):
+    return CacheLayer(), x + 1
+
+
+def test_constructing_an_abstract_class_raises_as_in_eager(backend):
+    opt = dynamo.optimize(backend)(makes_an_abstract_layer)
+    with pytest.raises(TypeError, match="abstract"):
+        makes_an_abstract_layer(torch.ones(2))
+    with pytest.raises(TypeError, match="abstract"):
+        opt(torch.ones(2))
+
+
+def keeps_a_constant_table(x):
+    table = {"scale": (2.0, {"shift": 1.0})}
+    mapping = LAYER_KINDS
+    layer = FullLayer()  # a mutation (its __init__) while both dicts are live
+    layer.update(x)
+    return x * table["scale"][0] + table["scale"][1]["shift"], mapping is LAYER_KINDS
+
+
+def test_an_object_made_in_the_frame_leaves_other_dicts_as_they_are(backend, no_fallback):
+    """Swapping a mutated object's tracker everywhere rebuilt every plain dict and tuple it
+    walked through, the user's own values among them ([Note: a container that did not
+    change]): identity kept."""
+    opt = dynamo.optimize(backend, fullgraph=True)(keeps_a_constant_table)
+    x = torch.randn(3)
+    got, same_mapping = opt(x)
+    torch.testing.assert_close(got, keeps_a_constant_table(x)[0])
+    assert same_mapping is True

@@ -122,6 +122,8 @@ def children(value: VariableTracker) -> Iterator[VariableTracker]:
     """The trackers directly inside ``value`` (items of a list, values of a dict...)."""
     for field in dataclasses.fields(value):
         item = getattr(value, field.name)
+        if field.metadata.get("opaque"):
+            continue
         if isinstance(item, VariableTracker):
             yield item
         elif type(item) is tuple:  # (exactly: a user's object may subclass tuple or dict)
@@ -133,22 +135,40 @@ def children(value: VariableTracker) -> Iterator[VariableTracker]:
 def transform(value: Any, fn: Callable[[VariableTracker], VariableTracker]) -> Any:
     """Rebuild ``value`` bottom-up, applying ``fn`` to every tracker inside it. Only plain
     tuples and dicts are containers of trackers: a tracker's ``value`` may be the user's own
-    object of a dict subclass (a HuggingFace ``ModelOutput``), which must stay what it is."""
+    object of a dict subclass (a HuggingFace ``ModelOutput``), which must stay what it is.
+    A container in which nothing changed comes back as itself ([Note: a container that did
+    not change]), and a field marked ``opaque`` is never entered."""
     if type(value) is tuple:
-        return tuple(transform(v, fn) for v in value)
+        items = tuple(transform(v, fn) for v in value)
+        return value if _same(items, value) else items
     if type(value) is dict:
-        return {k: transform(v, fn) for k, v in value.items()}
+        entries = {k: transform(v, fn) for k, v in value.items()}
+        return value if _same(entries, value) else entries
     if not isinstance(value, VariableTracker):
         return value
     changes = {}
     for field in dataclasses.fields(value):
         item = getattr(value, field.name)
+        if field.metadata.get("opaque"):
+            continue
         if isinstance(item, VariableTracker) or type(item) in (tuple, dict):
             new = transform(item, fn)
-            if new is not item and not _same(new, item):
+            if new is not item:
                 changes[field.name] = new
     value = dataclasses.replace(value, **changes) if changes else value
     return fn(value)
+
+
+# [Note: a container that did not change]
+# ``transform`` rebuilds the plain dicts and tuples it meets, to swap the trackers inside.
+# Some of those are not containers of trackers but the user's own values: a module's globals
+# (held by a function made during the trace), a constant dict, a tuple of strings. Rebuilt,
+# a module's globals became a copy, which no longer named the module, so a global read from a
+# comprehension inside transformers' ``DynamicCache.__init__`` could not be guarded: a graph
+# break in every decoder with sliding-window layers. So a container whose items all came back
+# as themselves is returned as itself, at any depth, and a function's globals (``opaque``:
+# they hold no trackers) are not walked at all.
+OPAQUE = {"opaque": True}
 
 
 def _same(a: Any, b: Any) -> bool:

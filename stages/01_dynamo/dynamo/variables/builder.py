@@ -67,9 +67,28 @@ def wrap(output: OutputGraph, value: Any, source: str, sym_numbers: bool = False
     cached = output.wrap_cache.get(source)
     if cached is not None:
         return output.side_effects.latest(cached)
+    if type(value) in (list, dict, set):  # [Note: one container, two names]
+        seen = output.input_containers.get(id(value))
+        if seen is not None and seen[0] is value:
+            first = seen[1]
+            output.add_guards([Guard(source, "ALIAS", f"{source} is {first.source}")])
+            output.wrap_cache[source] = first
+            return output.side_effects.latest(first)
     tracker = _wrap(output, value, source, sym_numbers)
     output.wrap_cache[source] = tracker
+    if type(value) in (list, dict, set):
+        output.input_containers[id(value)] = (value, tracker)
     return tracker
+
+
+# [Note: one container, two names]
+# A list or dict from outside the frame becomes a tracker per source, and mutations are
+# recorded on that tracker. The same list reached by two names (a global and a module's
+# attribute, say) would have been two trackers: an ``append`` through one unseen by the other,
+# and ``a is b`` false. So the second name gets the first name's tracker, and a guard that the
+# two are still one object; ``is`` between two trackers of containers adds the opposite guard
+# (``_is`` in builtin.py). A container's tracker builds a new list each time it is asked for
+# its Python value, so ``is`` never compares those.
 
 
 def _wrap(output: OutputGraph, value: Any, source: str, sym_numbers: bool) -> VariableTracker:

@@ -272,13 +272,22 @@ def _repeat(tx, a, b):
 # "the same code": each has its own example, one per object (the same input reached twice
 # is one tracker, ``wrap_tensor``), and two inputs that were two objects at this call are
 # guarded to stay two (``a is not b``), so passing one tensor twice later recompiles.
+_REBUILT = (list, dict, set, tuple)  # a tracker of one builds a new one as its Python value
+
+
 def _is(tx: InstructionTranslator, a: VariableTracker, b: VariableTracker, negate=False):
     if isinstance(a, SymNumberVariable) or isinstance(b, SymNumberVariable):
         return None
-    if a.is_python_constant() and b.is_python_constant():
-        return ConstantVariable((a.as_python_constant() is b.as_python_constant()) != negate)
     if a is b or (a.mutable_local is not None and a.mutable_local is b.mutable_local):
         return ConstantVariable(not negate)
+    if a.is_python_constant() and b.is_python_constant():
+        real_a, real_b = a.as_python_constant(), b.as_python_constant()
+        if not isinstance(real_a, _REBUILT) and not isinstance(real_b, _REBUILT):
+            return ConstantVariable((real_a is real_b) != negate)
+        # two trackers of containers are two objects ([Note: one container, two names])
+        if a.source is not None and b.source is not None:
+            tx.output.add_guards([Guard(a.source, "ALIAS", f"{a.source} is not {b.source}")])
+        return ConstantVariable(negate)
     real_a, real_b = getattr(a, "value", a), getattr(b, "value", b)
     if not isinstance(a, TensorVariable) and not isinstance(b, TensorVariable) and \
             hasattr(a, "value") and hasattr(b, "value"):

@@ -25,7 +25,7 @@ import types
 from typing import TYPE_CHECKING, Any
 
 from ..exc import unimplemented
-from .base import VariableTracker
+from .base import OPAQUE, VariableTracker
 from .dicts import ConstDictVariable
 from .lists import TupleVariable
 
@@ -158,7 +158,7 @@ class NestedUserFunctionVariable(VariableTracker):
     """A function made during the trace by MAKE_FUNCTION (lambda, nested def, comprehension)."""
 
     code: types.CodeType
-    f_globals: dict[str, Any]
+    f_globals: dict[str, Any] = dataclasses.field(metadata=OPAQUE)  # (no trackers inside)
     defaults: tuple[VariableTracker, ...] = ()
     kwdefaults: dict[str, VariableTracker] = dataclasses.field(default_factory=dict)
     closure: tuple[VariableTracker, ...] = ()

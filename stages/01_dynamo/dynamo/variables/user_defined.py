@@ -12,6 +12,7 @@ Chapter: book/docs/dynamo.md ("Variables", "Side effects").
 
 from __future__ import annotations
 
+import abc
 import collections
 import collections.abc
 import contextlib
@@ -133,8 +134,12 @@ class UserDefinedClassVariable(VariableTracker):
             return fold(cls, *[a.as_python_constant() for a in args])
         if issubclass(cls, torch.nn.Module):
             return _module_made_in_forward(cls, args, kwargs)
-        if cls.__new__ is not object.__new__ or type(cls) is not type:
+        if cls.__new__ is not object.__new__ or type(cls) not in (type, abc.ABCMeta):
             unimplemented(f"constructing a {cls.__qualname__} (custom __new__ or metaclass)")
+        if getattr(cls, "__abstractmethods__", None):  # [Note: an abstract base's subclass]
+            raise UserErrorInTrace(TypeError(
+                f"Can't instantiate abstract class {cls.__name__} with abstract methods "
+                f"{', '.join(sorted(cls.__abstractmethods__))}"))
         if inspect.getattr_static(cls, "__setattr__") is not object.__setattr__:
             unimplemented(f"constructing a {cls.__qualname__} (custom __setattr__)")
         obj = NewObjectVariable(cls, {})
@@ -365,6 +370,32 @@ def _module_made_in_forward(cls: type, args: list, kwargs: dict) -> VariableTrac
 # --8<-- [end:module-in-forward]
 
 
+# [Note: the truth of an object]
+# ``if past_key_values:`` on transformers' cache object (Whisper's decoder layers ask it) was
+# a graph break: a user's object has no constant truth. Python's rule is short: the class's
+# ``__bool__``, else its ``__len__`` compared with 0, else true. The class is fixed (guarded
+# for an object from outside the frame, known for one made in it), so which rule applies is
+# too, and the method is traced like any other; only an answer the trace cannot know (a
+# tensor's) still breaks the graph.
+def object_truth(tx: InstructionTranslator, obj: VariableTracker, cls: type) -> bool:
+    """``bool(obj)`` for an instance of the plain class ``cls`` ([Note: the truth of an
+    object])."""
+    from .functions import UserMethodVariable
+
+    for name in ("__bool__", "__len__"):
+        method = inspect.getattr_static(cls, name, None)
+        if method is None:
+            continue
+        if not isinstance(method, types.FunctionType):
+            unimplemented(f"truth value of a {cls.__qualname__} ({name} is not Python)")
+        answer = UserMethodVariable(method, obj).call_function(tx, [], {})
+        if not answer.is_python_constant():
+            unimplemented(f"truth value of a {cls.__qualname__} ({name} gave {answer})")
+        return bool(answer.as_python_constant())
+    return True
+
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class UserObjectVariable(VariableTracker):
     """An object that exists outside the frame (``self.config``, a helper object)."""
@@ -433,6 +464,9 @@ class UserObjectVariable(VariableTracker):
 
     def store_attr(self, tx: InstructionTranslator, name: str, value: VariableTracker) -> None:
         tx.output.side_effects.store_attr(self, name, value)
+
+    def truth(self, tx: InstructionTranslator) -> bool:
+        return object_truth(tx, self, type(self.value))
 
     # [Note: iterating a Sequence]
     # A class that subclasses ``collections.abc.Sequence`` and writes only ``__len__`` and
@@ -554,6 +588,9 @@ class NewObjectVariable(VariableTracker):
 
     def store_attr(self, tx: InstructionTranslator, name: str, value: VariableTracker) -> None:
         tx.replace_all(self, self.clone(attrs={**self.attrs, name: value}))
+
+    def truth(self, tx: InstructionTranslator) -> bool:
+        return object_truth(tx, self, self.cls)
 
     def reconstruct(self, rt: Residual) -> Any:
         def build() -> Any:
