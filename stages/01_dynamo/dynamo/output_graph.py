@@ -44,7 +44,7 @@ class OutputGraph:
         self.location: str | None = None  # user source line, for node.meta["stack_trace"]
         self.side_effects = SideEffects()
         self.wrap_cache: dict[str, VariableTracker] = {}  # source -> its tracker
-        # id(a list, dict or set from outside) -> (it, its tracker): [Note: one container, two names]
+        # id(an outside list, dict or set) -> (it, its tracker): [Note: one container, two names]
         self.input_containers: dict[int, tuple[Any, VariableTracker]] = {}
         self.root_globals: dict[str, Any] | None = None
         # node of a tensor made a leaf -> the break that keeps it out of the graph, should it
