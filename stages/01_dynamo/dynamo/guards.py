@@ -30,14 +30,61 @@ import dataclasses
 import math
 import os
 import sys
+import types
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 
+SNAPSHOTS: list[Any] = []  # states a guard compares with: [Note: a deep copy made while tracing]
+_ATOMS = (bool, int, float, complex, str, bytes, type(None), torch.dtype, torch.device, type,
+          types.FunctionType, types.ModuleType)
+
+
+def same_state(value: Any, snapshot: Any) -> bool:
+    """``value`` and ``snapshot`` have the same type and equal state, compared through dicts,
+    sequences and instance ``__dict__``s, read past any custom attribute lookup (the guard of
+    a copy made while tracing)."""
+    if type(value) is not type(snapshot):
+        return False
+    if isinstance(value, _ATOMS):
+        return value == snapshot
+    if isinstance(value, dict):
+        return value.keys() == snapshot.keys() and all(
+            same_state(v, snapshot[k]) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return len(value) == len(snapshot) and all(map(same_state, value, snapshot))
+    try:
+        state = object.__getattribute__(value, "__dict__")
+    except AttributeError:
+        return value == snapshot
+    return same_state(state, object.__getattribute__(snapshot, "__dict__"))
+
+
+def is_plain(value: Any) -> bool:
+    """Atoms, and dicts, lists and tuples of plain values: what ``==`` compares exactly."""
+    if isinstance(value, _ATOMS):
+        return True
+    if type(value) is dict:
+        return all(is_plain(k) and is_plain(v) for k, v in value.items())
+    if type(value) in (list, tuple):
+        return all(map(is_plain, value))
+    return False
+
+
+def same_plain_state(value: Any, snapshot: tuple[type, dict]) -> bool:
+    """``same_state`` for an object whose copied ``__dict__`` was plain (``is_plain``): one
+    dict comparison, in C (a configuration: about 1 us against 25 for the walk)."""
+    return type(value) is snapshot[0] and \
+        object.__getattribute__(value, "__dict__") == snapshot[1]
+
+
 # Names every guard expression may use besides the frame's own sources.
 GUARD_GLOBALS: dict[str, Any] = {"torch": torch, "math": math, "sys": sys,
-                                 "___environ": os.environ}  # [Note: environment variables]
+                                 "___environ": os.environ,  # [Note: environment variables]
+                                 "___same_state": same_state,  # (and the next two:
+                                 "___same_plain_state": same_plain_state,  # a copy's guard)
+                                 "___snapshots": SNAPSHOTS}
 RESERVED_NAMES = frozenset({"G", "C", *GUARD_GLOBALS})
 
 

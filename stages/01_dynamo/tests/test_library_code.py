@@ -8,6 +8,7 @@ import collections
 import collections.abc
 import contextlib
 import contextvars
+import copy
 import dataclasses
 import functools
 import inspect
@@ -1120,3 +1121,106 @@ def test_an_object_made_in_the_frame_leaves_other_dicts_as_they_are(backend, no_
     got, same_mapping = opt(x)
     torch.testing.assert_close(got, keeps_a_constant_table(x)[0])
     assert same_mapping is True
+
+
+def python_types_as_dtypes(x):
+    pads = torch.zeros(x.shape[0], dtype=int)  # transformers' chunked-attention masks
+    scale = torch.ones(2, dtype=float).sum()
+    return x.to(float) * scale + pads.unsqueeze(-1), torch.full((2,), 1, dtype=bool)
+
+
+def test_a_python_type_is_a_dtype(backend, no_fallback):
+    """[Note: a Python type as a dtype]: ``dtype=int`` is int64, ``float`` float64, as in
+    eager; it was a graph break."""
+    x = torch.randn(3, 2)
+    got, want = dynamo.optimize(backend, fullgraph=True)(python_types_as_dtypes)(x), \
+        python_types_as_dtypes(x)
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype
+        torch.testing.assert_close(g, w)
+
+
+def states_per_layer(x, layers: int):
+    states = dict.fromkeys(range(layers))  # transformers' Mamba cache
+    ready = dict.fromkeys(range(layers), False)
+    for i in states:
+        states[i], ready[i] = x * i, True
+    return sum(states.values()), ready
+
+
+def test_dict_fromkeys(backend, no_fallback):
+    x = torch.randn(3)
+    got = dynamo.optimize(backend, fullgraph=True)(states_per_layer)(x, 3)
+    want = states_per_layer(x, 3)
+    torch.testing.assert_close(got[0], want[0])
+    assert got[1] == want[1] == {0: True, 1: True, 2: True}
+
+
+class LayeredConfig:
+    """A flat encoder-decoder config, as transformers' legacy ones are."""
+
+    def __init__(self):
+        self.encoder_layers, self.decoder_layers, self.scale = 3, 2, 0.5
+        self.labels = {0: "a", 1: "b"}
+
+    def to_dict(self):
+        return dict(self.__dict__)
+
+    def decoder_view(self):  # transformers' ``get_text_config(decoder=True)``, reduced
+        view = copy.deepcopy(self)
+        for key in view.to_dict():
+            if key.startswith("decoder_"):
+                setattr(view, key[len("decoder_"):], getattr(view, key))
+                delattr(view, key)
+        return view
+
+
+class CopiesItsConfig(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.config = LayeredConfig()
+
+    def forward(self, x):
+        view = self.config.decoder_view()
+        view.scale = view.scale * 2
+        return x * view.layers * view.scale, view
+
+
+def test_a_deep_copy_of_a_config_is_made_while_tracing(backend, no_fallback):
+    """[Note: a deep copy made while tracing]: one graph; the original is left alone, the copy
+    leaves the graph as a fresh object at every call, and a change to the original's state
+    recompiles (its guard)."""
+    m = CopiesItsConfig()
+    opt = dynamo.optimize(backend, fullgraph=True)(m.forward)
+    x = torch.randn(3)
+    (got, view), (want, expected) = opt(x), m(x)
+    torch.testing.assert_close(got, want)
+    assert vars(view) == vars(expected) and view is not expected
+    assert not hasattr(view, "decoder_layers") and m.config.decoder_layers == 2
+    assert m.config.scale == 0.5
+    again = opt(x)[1]
+    assert again is not view and vars(again) == vars(view)
+    m.config.decoder_layers = 4  # read only through the copy: the state guard sees it
+    torch.testing.assert_close(opt(x)[0], m(x)[0])
+    m.config.labels[2] = "c"  # a nested change, too
+    torch.testing.assert_close(opt(x)[0], m(x)[0])
+    assert len(backend.graphs) == 3
+
+
+class HoldsATensor:
+    def __init__(self):
+        self.weight = torch.ones(3)
+
+
+def copies_a_tensor_holder(x, holder):
+    mine = copy.deepcopy(holder)
+    mine.weight.add_(1)
+    return x * mine.weight
+
+
+def test_a_deep_copy_of_tensors_is_not_made_while_tracing(backend):
+    holder = HoldsATensor()
+    x = torch.randn(3)
+    got = dynamo.optimize(backend)(copies_a_tensor_holder)(x, holder)
+    torch.testing.assert_close(got, x * 2)
+    torch.testing.assert_close(holder.weight, torch.ones(3))

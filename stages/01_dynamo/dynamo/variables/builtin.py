@@ -14,6 +14,7 @@ Chapter: book/docs/dynamo.md ("Operators", "Builtins").
 from __future__ import annotations
 
 import collections
+import copy
 import dataclasses
 import functools
 import inspect
@@ -27,6 +28,7 @@ from ..exc import UserErrorInTrace, unimplemented
 from ..guards import Guard
 from .base import VariableTracker
 from .constant import ConstantVariable, SymNumberVariable, fold, is_literal, sym_operator
+from .copies import deepcopy_while_tracing
 from .dicts import ConstDictVariable, SetVariable, as_dict_items
 from .functions import FunctoolsPartialVariable
 from .iter import ITERATOR_BUILTINS, get_iter
@@ -82,6 +84,10 @@ def is_pure(fn: Any) -> bool:
     return callable(fn) and getattr(fn, "__module__", None) in ("math", "_operator")
 
 
+PYTHON_TYPE_DTYPES = {int: torch.int64, float: torch.float64, bool: torch.bool,
+                      complex: torch.complex128}  # [Note: a Python type as a dtype]
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class BuiltinVariable(VariableTracker):
     value: Any
@@ -91,6 +97,26 @@ class BuiltinVariable(VariableTracker):
 
     def as_python_constant(self) -> Any:
         return self.value
+
+    # [Note: a Python type as a dtype]
+    # ``torch.zeros(n, dtype=int)`` (transformers' chunked-attention masks) is valid PyTorch:
+    # where an op wants a dtype, its argument parser reads ``int``, ``float``, ``bool`` and
+    # ``complex`` as int64, float64, bool and complex128. A Python type is no other tensor
+    # op's argument, so as one it is that dtype, which graphs and examples both take.
+    def as_proxy(self) -> Any:
+        if self.value in PYTHON_TYPE_DTYPES:
+            return PYTHON_TYPE_DTYPES[self.value]
+        return super().as_proxy()
+
+    def as_example(self) -> Any:
+        if self.value in PYTHON_TYPE_DTYPES:
+            return PYTHON_TYPE_DTYPES[self.value]
+        return super().as_example()
+
+    def var_getattr(self, tx: InstructionTranslator, name: str) -> VariableTracker:
+        if self.value is dict and name == "fromkeys":  # (transformers' Mamba cache)
+            return BuiltinVariable(dict.fromkeys)
+        return super().var_getattr(tx, name)
 
     def call_function(
         self, tx: InstructionTranslator, args: list[VariableTracker],
@@ -376,6 +402,12 @@ def _dict(tx, arg=None, **kwargs):
     return ConstDictVariable({**items, **kwargs})
 
 
+def _dict_fromkeys(tx, keys, value=None):
+    value = value if value is not None else ConstantVariable(None)
+    return ConstDictVariable({k.as_python_constant(): value
+                              for k in get_iter(tx, keys).unpack(tx)})
+
+
 def _ordered_dict(tx, arg=None, **kwargs):
     """``OrderedDict(...)`` (torchvision's backbones and segmentation heads build one per
     call): a dict that keeps its class, so it leaves the graph as an ``OrderedDict``. Its
@@ -509,6 +541,14 @@ def _setattr(tx, obj, name, value):
     return ConstantVariable(None)
 
 
+def _delattr(tx, obj, name):
+    delete = getattr(obj, "delete_attr", None)  # (a copy made while tracing has one)
+    if delete is None:
+        return None
+    delete(tx, _attr_name(name))
+    return ConstantVariable(None)
+
+
 def _items(tx, args) -> list[VariableTracker]:
     return get_iter(tx, args[0]).unpack(tx) if len(args) == 1 else list(args)
 
@@ -608,6 +648,9 @@ _SPECIAL_CASES = {
     tuple: _sequence(TupleVariable),
     list: _sequence(ListVariable),
     dict: _dict,
+    dict.fromkeys: _dict_fromkeys,
+    copy.deepcopy: deepcopy_while_tracing,
+    delattr: _delattr,  # [Note: a deep copy made while tracing]
     collections.OrderedDict: _ordered_dict,
     set: _set,
     isinstance: _isinstance,

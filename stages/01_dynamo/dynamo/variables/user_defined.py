@@ -592,6 +592,15 @@ class NewObjectVariable(VariableTracker):
     def truth(self, tx: InstructionTranslator) -> bool:
         return object_truth(tx, self, self.cls)
 
+    def call_method(self, tx, name, args, kwargs):
+        """``len(obj)``, ``obj[k]``, ``k in obj``: the class's own Python method, inlined."""
+        from .functions import UserMethodVariable
+
+        method = inspect.getattr_static(self.cls, name, None)
+        if isinstance(method, types.FunctionType):
+            return UserMethodVariable(method, self).call_function(tx, args, kwargs)
+        return super().call_method(tx, name, args, kwargs)
+
     def reconstruct(self, rt: Residual) -> Any:
         def build() -> Any:
             obj = object.__new__(self.cls)
