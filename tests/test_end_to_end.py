@@ -304,7 +304,7 @@ def test_grouped_query_attention_forward_and_backward(target):
     def attend(q, k, v):
         return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True) * 2
 
-    q, k, v = (torch.randn(2, h, 16, 8, requires_grad=True) for h in (4, 2, 2))
+    q, k, v = (torch.randn(2, h, 16, 8, device="cpu", requires_grad=True) for h in (4, 2, 2))
     fast = driver.compile(attend, options={"target": target})
     got = fast(q, k, v)
     want = attend(q, k, v)

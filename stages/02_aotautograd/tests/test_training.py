@@ -409,14 +409,16 @@ def test_a_parameter_only_an_unused_output_reads_gets_no_gradient(target):
             h = torch.tanh(self.trunk(x))
             return self.used(h), self.unused(h)
 
+    device = "cuda" if target == "triton" and torch.cuda.is_available() else "cpu"
+
     def make():
         torch.manual_seed(0)
-        model = TwoHeads()
+        model = TwoHeads().to(device)
         return model, torch.optim.AdamW(model.parameters(), lr=0.1, weight_decay=0.5)
     (eager, eager_opt), (model, opt) = make(), make()
     compiled = driver.compile(model, options={"target": target})
     for step in range(2):
-        x = torch.randn(4, 8, generator=torch.Generator().manual_seed(step))
+        x = torch.randn(4, 8, generator=torch.Generator().manual_seed(step)).to(device)
         for net, optimizer in ((eager, eager_opt), (compiled, opt)):
             optimizer.zero_grad()
             net(x)[0].square().sum().backward()
