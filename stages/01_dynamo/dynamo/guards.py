@@ -27,6 +27,7 @@ import ast
 import builtins
 import copy
 import dataclasses
+import enum
 import math
 import os
 import sys
@@ -183,6 +184,14 @@ def make_constant_guards(source: str, value: Any) -> list[Guard]:
     """
     if value is None:
         return [Guard(source, "VALUE", f"{source} is None")]
+    if isinstance(value, enum.Enum):
+        # [Note: enum members]: timm's ``Format.NHWC`` is a ``str`` too, and its repr,
+        # ``<Format.NHWC: 'NHWC'>``, is no expression (an internal error: Swin and Visformer
+        # ran eagerly). A member is a singleton, named through its class.
+        path = python_path(type(value))
+        if path is None:
+            raise TypeError(f"no name for the enum {type(value).__qualname__}")
+        return [Guard(source, "ID", f"{source} is {path}[{value.name!r}]")]
     guards = [Guard(source, "TYPE", f"type({source}) is {_type_expr(value)}")]
     if isinstance(value, float) and math.isnan(value):
         return guards + [Guard(source, "VALUE", f"math.isnan({source})")]

@@ -10,6 +10,7 @@ import contextlib
 import contextvars
 import copy
 import dataclasses
+import enum
 import functools
 import inspect
 import operator
@@ -1224,3 +1225,29 @@ def test_a_deep_copy_of_tensors_is_not_made_while_tracing(backend):
     got = dynamo.optimize(backend)(copies_a_tensor_holder)(x, holder)
     torch.testing.assert_close(got, x * 2)
     torch.testing.assert_close(holder.weight, torch.ones(3))
+
+
+class Layout(str, enum.Enum):  # timm's ``Format``: an enum that is a str too
+    NCHW = "NCHW"
+    NHWC = "NHWC"
+
+
+class LaidOut(torch.nn.Module):
+    def __init__(self, layout: Layout):
+        super().__init__()
+        self.layout = layout
+
+    def forward(self, x):
+        return x.permute(0, 2, 3, 1) if self.layout == Layout.NHWC else x * 1
+
+
+def test_an_enum_member_is_guarded_by_identity(backend, no_fallback):
+    """[Note: enum members]: the guard named the member by its repr, which is no expression
+    for a str enum (an internal error: timm's Swin ran eagerly)."""
+    m = LaidOut(Layout.NHWC)
+    opt = dynamo.optimize(backend, fullgraph=True)(m.forward)
+    x = torch.randn(1, 2, 3, 4)
+    torch.testing.assert_close(opt(x), m(x))
+    m.layout = Layout.NCHW  # the guard fails: traced again
+    torch.testing.assert_close(opt(x), m(x))
+    assert len(backend.graphs) == 2
