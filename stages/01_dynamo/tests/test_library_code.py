@@ -1227,7 +1227,7 @@ def test_a_deep_copy_of_tensors_is_not_made_while_tracing(backend):
     torch.testing.assert_close(holder.weight, torch.ones(3))
 
 
-class Layout(str, enum.Enum):  # timm's ``Format``: an enum that is a str too
+class Layout(str, enum.Enum):  # noqa: UP042 - timm's ``Format``: an enum that is a str too
     NCHW = "NCHW"
     NHWC = "NHWC"
 
