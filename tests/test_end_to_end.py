@@ -4,6 +4,7 @@ Eager is the oracle. Each case runs on both code generators (Triton under the in
 CPU, C++/OpenMP) and checks the number of kernels where fusion makes it predictable.
 """
 
+import copy
 import os
 import warnings
 
@@ -292,6 +293,50 @@ def test_convnet_with_batchnorm_trains_like_eager(target, monkeypatch):
             opt.step()
     for (name, a), (_, b) in zip(model.state_dict().items(), twin.state_dict().items()):
         torch.testing.assert_close(b, a, msg=name)
+
+
+class ClassAttention(torch.nn.Module):
+    """CaiT's class attention: a one-token query of (B, heads, 1, D) from a permute."""
+
+    def __init__(self):
+        super().__init__()
+        self.q, self.kv = torch.nn.Linear(32, 32), torch.nn.Linear(32, 64)
+
+    def forward(self, x):
+        b, n, _ = x.shape
+        q = self.q(x[:, :1]).reshape(b, 1, 4, 8).permute(0, 2, 1, 3)
+        k, v = self.kv(x).reshape(b, n, 2, 4, 8).permute(2, 0, 3, 1, 4).unbind(0)
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v).sum()
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_one_token_query_reaches_attention_with_aligned_strides(target):
+    """[Note: strides of size-1 dims]: the query's size-1 sequence dim had stride 1, which
+    CUDA's memory-efficient attention refuses; now the row-major stride, and the values and
+    gradients are eager's."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Strides(TorchDispatchMode):
+        seen: list = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if "scaled_dot_product" in str(func) and "backward" not in str(func):
+                self.seen.append(args[0].stride())
+            return func(*args, **(kwargs or {}))
+
+    torch.manual_seed(0)
+    model, x = ClassAttention(), torch.randn(2, 5, 32)
+    twin = copy.deepcopy(model)
+    fast = driver.compile(model, options={"target": target})
+    fast(x).backward()
+    want = twin(x)
+    want.backward()
+    with Strides() as mode:
+        got = fast(x)
+    torch.testing.assert_close(got, want)
+    assert mode.seen and all(s[2] == 8 for s in mode.seen), mode.seen
+    for a, b in zip(model.parameters(), twin.parameters()):
+        torch.testing.assert_close(a.grad, b.grad)
 
 
 @pytest.mark.parametrize("target", ["cpp"])

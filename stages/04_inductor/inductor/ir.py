@@ -395,6 +395,9 @@ def as_view(value: IRNode, buffers: dict[str, Buffer]) -> ReinterpretView | None
         return None
     strides = [sympy.sympify(index.coeff(s)) if isinstance(s, sympy.Symbol)
                else sympy.Integer(1) for s in symbols]
+    for d in reversed(range(len(symbols) - 1)):  # a size-1 dim: [Note: strides of size-1 dims]
+        if not isinstance(symbols[d], sympy.Symbol):
+            strides[d] = strides[d + 1] * value.ranges[d + 1]
     zero = {s: sympy.Integer(0) for s in symbols if isinstance(s, sympy.Symbol)}
     offset = sympy.sympify(index.xreplace(zero))
     linear = sympy.expand(offset + sum(st * s for st, s in zip(strides, symbols)))
@@ -405,6 +408,17 @@ def as_view(value: IRNode, buffers: dict[str, Buffer]) -> ReinterpretView | None
     return ReinterpretView(base.name, layout, base, offset)
     # END EXERCISE inductor-view-extern
 # --8<-- [end:as-view]
+
+
+# [Note: strides of size-1 dims]
+# A dim of size 1 is never stepped along, so any stride addresses the same memory, and
+# ``as_view`` had given such dims stride 1. But a library call may check strides it never
+# uses: CUDA's memory-efficient attention refuses a query whose stride along the sequence
+# is not a multiple of its alignment, and CaiT's class-attention query is one token long,
+# (B, heads, 1, 48) with stride 1 there ("query is not correctly aligned (strideM)": timm's
+# CaiT training ran eagerly on the H200). A size-1 dim now gets the stride a row-major
+# layout would give it, the next dim's stride times its size, as ``contiguous_strides``
+# does for a buffer.
 
 
 def elements_per(align_bytes: int, dtype: torch.dtype) -> int:
