@@ -1251,3 +1251,23 @@ def test_an_enum_member_is_guarded_by_identity(backend, no_fallback):
     m.layout = Layout.NCHW  # the guard fails: traced again
     torch.testing.assert_close(opt(x), m(x))
     assert len(backend.graphs) == 2
+
+
+class Slotted:
+    __slots__ = ("scale",)
+
+    def __init__(self):
+        self.scale = 3.0
+
+
+def copies_a_slotted_object(x, holder):
+    return x * copy.deepcopy(holder).scale
+
+
+def test_a_deep_copy_of_a_state_out_of_sight_is_not_made_while_tracing(backend):
+    """Slots are state the walk behind the copy's guard cannot see: a graph break, not a
+    copy whose guard could never hold."""
+    x = torch.randn(3)
+    opt = dynamo.optimize(backend)(copies_a_slotted_object)
+    for _ in range(2):
+        torch.testing.assert_close(opt(x, Slotted()), x * 3)

@@ -47,7 +47,8 @@ if TYPE_CHECKING:
 
 
 def holds_tensors(value: Any, seen: set[int] | None = None) -> bool:
-    """True when a tensor or a module is reachable from ``value``'s state."""
+    """True when a tensor or a module is reachable from ``value``'s state, or when some of
+    that state is out of this walk's sight."""
     seen = set() if seen is None else seen
     if id(value) in seen or is_literal(value) or isinstance(value, (type, types.ModuleType,
                                                                      types.FunctionType)):
@@ -60,7 +61,9 @@ def holds_tensors(value: Any, seen: set[int] | None = None) -> bool:
     if isinstance(value, (list, tuple, set, frozenset)):
         return any(holds_tensors(v, seen) for v in value)
     state = getattr(value, "__dict__", None)
-    return isinstance(state, dict) and holds_tensors(state, seen)
+    if not isinstance(state, dict) or hasattr(type(value), "__slots__"):
+        return True  # a state this walk cannot see (slots, a C object): not copied here
+    return holds_tensors(state, seen)
 
 
 def deepcopy_while_tracing(tx: InstructionTranslator, value: VariableTracker,
