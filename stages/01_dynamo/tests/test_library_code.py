@@ -1271,3 +1271,36 @@ def test_a_deep_copy_of_a_state_out_of_sight_is_not_made_while_tracing(backend):
     opt = dynamo.optimize(backend)(copies_a_slotted_object)
     for _ in range(2):
         torch.testing.assert_close(opt(x, Slotted()), x * 3)
+
+
+class Sized:
+    def __init__(self, n):
+        self.items = list(range(n))
+
+    def __len__(self):
+        return len(self.items)
+
+
+class Flag:
+    def __init__(self, on):
+        self.on = on
+
+    def __bool__(self):
+        return self.on
+
+
+def branches_on_objects(x, sized):
+    flag = Flag(x.shape[0] > 2)  # made in the frame: its __bool__
+    y = x + 1 if sized else x - 1  # from outside: its __len__
+    return y * 2 if flag else y / 2, bool(Flag(False))
+
+
+@pytest.mark.parametrize("n", [0, 3])
+def test_the_truth_of_an_object(backend, no_fallback, n):
+    """[Note: the truth of an object]: ``__bool__``, else ``__len__``, traced; it was a break
+    (transformers asks ``if past_key_values:``)."""
+    x = torch.randn(4)
+    opt = dynamo.optimize(backend, fullgraph=True)(branches_on_objects)
+    got, want = opt(x, Sized(n)), branches_on_objects(x, Sized(n))
+    torch.testing.assert_close(got[0], want[0])
+    assert got[1] is want[1] is False

@@ -298,7 +298,11 @@ def _repeat(tx, a, b):
 # "the same code": each has its own example, one per object (the same input reached twice
 # is one tracker, ``wrap_tensor``), and two inputs that were two objects at this call are
 # guarded to stay two (``a is not b``), so passing one tensor twice later recompiles.
-_REBUILT = (list, dict, set, tuple)  # a tracker of one builds a new one as its Python value
+def _rebuilt(tracker: VariableTracker) -> bool:
+    """A container tracker, whose Python value is built anew each time it is asked for (a
+    constant keeps the very object it was given)."""
+    return not isinstance(tracker, ConstantVariable) and isinstance(
+        tracker.as_python_constant(), (list, dict, set, tuple))
 
 
 def _is(tx: InstructionTranslator, a: VariableTracker, b: VariableTracker, negate=False):
@@ -307,9 +311,8 @@ def _is(tx: InstructionTranslator, a: VariableTracker, b: VariableTracker, negat
     if a is b or (a.mutable_local is not None and a.mutable_local is b.mutable_local):
         return ConstantVariable(not negate)
     if a.is_python_constant() and b.is_python_constant():
-        real_a, real_b = a.as_python_constant(), b.as_python_constant()
-        if not isinstance(real_a, _REBUILT) and not isinstance(real_b, _REBUILT):
-            return ConstantVariable((real_a is real_b) != negate)
+        if not _rebuilt(a) and not _rebuilt(b):
+            return ConstantVariable((a.as_python_constant() is b.as_python_constant()) != negate)
         # two trackers of containers are two objects ([Note: one container, two names])
         if a.source is not None and b.source is not None:
             tx.output.add_guards([Guard(a.source, "ALIAS", f"{a.source} is not {b.source}")])

@@ -136,7 +136,7 @@ class UserDefinedClassVariable(VariableTracker):
             return _module_made_in_forward(cls, args, kwargs)
         if cls.__new__ is not object.__new__ or type(cls) not in (type, abc.ABCMeta):
             unimplemented(f"constructing a {cls.__qualname__} (custom __new__ or metaclass)")
-        if getattr(cls, "__abstractmethods__", None):  # [Note: an abstract base's subclass]
+        if getattr(cls, "__abstractmethods__", None):  # as Python refuses it (ABCMeta)
             raise UserErrorInTrace(TypeError(
                 f"Can't instantiate abstract class {cls.__name__} with abstract methods "
                 f"{', '.join(sorted(cls.__abstractmethods__))}"))
@@ -380,20 +380,28 @@ def _module_made_in_forward(cls: type, args: list, kwargs: dict) -> VariableTrac
 def object_truth(tx: InstructionTranslator, obj: VariableTracker, cls: type) -> bool:
     """``bool(obj)`` for an instance of the plain class ``cls`` ([Note: the truth of an
     object])."""
-    from .functions import UserMethodVariable
-
     for name in ("__bool__", "__len__"):
-        method = inspect.getattr_static(cls, name, None)
-        if method is None:
+        if inspect.getattr_static(cls, name, None) is None:
             continue
-        if not isinstance(method, types.FunctionType):
+        answer = inline_class_method(tx, obj, cls, name, [], {})
+        if answer is None:
             unimplemented(f"truth value of a {cls.__qualname__} ({name} is not Python)")
-        answer = UserMethodVariable(method, obj).call_function(tx, [], {})
         if not answer.is_python_constant():
             unimplemented(f"truth value of a {cls.__qualname__} ({name} gave {answer})")
         return bool(answer.as_python_constant())
     return True
 
+
+def inline_class_method(tx: InstructionTranslator, obj: VariableTracker, cls: type, name: str,
+                        args: list, kwargs: dict) -> VariableTracker | None:
+    """``obj.name(*args)`` traced through the class's own Python method; None when the class
+    has no such Python function."""
+    from .functions import UserMethodVariable
+
+    method = inspect.getattr_static(cls, name, None)
+    if not isinstance(method, types.FunctionType):
+        return None
+    return UserMethodVariable(method, obj).call_function(tx, args, kwargs)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -492,11 +500,9 @@ class UserObjectVariable(VariableTracker):
     def call_method(self, tx, name, args, kwargs):
         """``obj[key]``, ``len(obj)``, ``key in obj``...: the class's own Python method,
         inlined (a mapping class written in Python, like HuggingFace's interfaces)."""
-        from .functions import UserMethodVariable
-
-        method = inspect.getattr_static(type(self.value), name, None)
-        if isinstance(method, types.FunctionType):
-            return UserMethodVariable(method, self).call_function(tx, args, kwargs)
+        inlined = inline_class_method(tx, self, type(self.value), name, args, kwargs)
+        if inlined is not None:
+            return inlined
         reading = _dict_reading_method(self, type(self.value), name)  # ``self[k]``
         if reading is not None:
             return reading.call_function(tx, args, kwargs)
@@ -594,11 +600,9 @@ class NewObjectVariable(VariableTracker):
 
     def call_method(self, tx, name, args, kwargs):
         """``len(obj)``, ``obj[k]``, ``k in obj``: the class's own Python method, inlined."""
-        from .functions import UserMethodVariable
-
-        method = inspect.getattr_static(self.cls, name, None)
-        if isinstance(method, types.FunctionType):
-            return UserMethodVariable(method, self).call_function(tx, args, kwargs)
+        inlined = inline_class_method(tx, self, self.cls, name, args, kwargs)
+        if inlined is not None:
+            return inlined
         return super().call_method(tx, name, args, kwargs)
 
     def reconstruct(self, rt: Residual) -> Any:
