@@ -168,6 +168,9 @@ class OutputGraph:
         self.graph.output(tuple(outputs))
         self.graph.lint()
         gm = torch.fx.GraphModule(torch.nn.Module(), self.graph, class_name=self.code_name)
+        # the guards pin grad mode and each tensor input's requires_grad (make_grad_mode_guard,
+        # make_tensor_guards): a backend may pick its autograd variant once
+        gm.meta["signature_guarded"] = True
         return gm, outputs
 
     def remove_unused_sizes(self) -> None:

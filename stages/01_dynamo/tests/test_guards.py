@@ -200,3 +200,18 @@ def test_different_backends_do_not_share_entries(backend, no_fallback):
     dynamo.optimize(backend)(add_mul)(x, y)
     dynamo.optimize(second)(add_mul)(x, y)
     assert backend.calls == len(second_calls) == 1
+
+
+def test_graphs_are_marked_as_guarding_their_autograd_signature(backend, no_fallback):
+    """A backend may pick its autograd variant once (aotautograd's [Note: a signature the
+    caller guards]) because grad mode and each input's requires_grad are guarded: the graph
+    says so, and a call that differs in either compiles again."""
+    x = torch.randn(3)
+    w = torch.randn(3, requires_grad=True)
+    opt = dynamo.optimize(backend)(add_mul)
+    opt(x, w)
+    with torch.no_grad():
+        opt(x, w)
+    opt(x, w.detach())
+    assert backend.calls == 3
+    assert all(gm.meta["signature_guarded"] for gm in backend.graphs)

@@ -54,10 +54,13 @@ def aot_module_simplified(
     bw_compiler: Compiler | None = None,
     decompositions: DecompositionTable | None = None,
     partitioner: str | Callable[[Program], Partition] = "min_cut",
+    *,
+    guarded: bool = False,
 ) -> Callable[..., tuple]:
     """Trace ``gm`` (with ``decompositions`` applied), partition the joint graph when
     autograd would record the call, compile the graphs, and return a function of the same
-    flat inputs returning a tuple."""
+    flat inputs returning a tuple. ``guarded=True``: the caller guarantees every call has
+    the example inputs' signature ([Note: a signature the caller guards])."""
     if not callable(gm):
         raise TypeError(f"aot_module_simplified: gm must be callable, got {type(gm).__name__}")
     if isinstance(partitioner, str) and partitioner not in PARTITIONERS:
@@ -80,6 +83,9 @@ def aot_module_simplified(
     first = entry_for(example_inputs, [*example_inputs, *state()])
 
     stateless = not state()  # a dynamo graph: its parameters are inputs already
+    if guarded and stateless and not first.overlaps:
+        first.entries = entries  # [Note: a signature the caller guards]
+        return first
 
     def forward(*args: object) -> tuple:
         # read once per call: [Note: per-call cost]
@@ -96,6 +102,15 @@ def aot_module_simplified(
 # --8<-- [end:aot-module-simplified]
 
 
+# [Note: a signature the caller guards]
+# ``forward`` asks at every call which signature it has (grad mode, and which inputs require
+# grad) to pick the entry compiled for it: a Python loop over the inputs, about 6 us a call
+# on the H200's host, three times a step in the graph_breaks benchmark. Dynamo already asks
+# the same before it calls the graph at all: its guards pin grad mode and each tensor
+# input's ``requires_grad``, and a call that differs compiles a graph of its own. So when
+# the caller says so (``guarded=True``: inductor's ``compile_fx`` for a graph our dynamo
+# marked), the entry of the example inputs is returned itself, with no dispatch around it;
+# unless the program writes an input that another may share, which is checked per call.
 # --8<-- [start:compile-entry]
 def compile_entry(gm: Callable, args: list, state: list, train: bool, fw_compiler: Compiler,
                   bw_compiler: Compiler, decompositions: DecompositionTable | None,

@@ -89,6 +89,7 @@ double backward) raises a RuntimeError instead of returning gradients that silen
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -282,73 +283,100 @@ def tangents_read(backward: torch.fx.GraphModule, count: int) -> list[frozenset[
     return []
 
 
+@dataclasses.dataclass
+class FunctionLayout:
+    """Where things are among a training call's graph outputs and gradients, fixed by the
+    trace ([Note: the Function's fixed cost])."""
+
+    num_outputs: int  # graph outputs before the saved values
+    # [Note: new values outside the Function]: the first graph outputs, the new values of
+    # mutated inputs, leave the Function by a list when none of them has a gradient
+    first: int
+    differentiable: list[int]  # among the Function's outputs
+    no_tangent: list[int]
+    grad_slots: list[int]  # where each gradient the backward returns goes among the primals'
+    reads: list[frozenset[int]]  # the tangents each gradient reads ([Note: no gradient ...])
+    num_primals: int
+
+    @classmethod
+    def of(cls, program: Program, partition: Partition) -> FunctionLayout:
+        num_outputs = program.num_graph_outputs
+        first = len(program.mutated_inputs)
+        if any(i < first for i in program.differentiable):
+            first = 0
+        differentiable = [i - first for i in program.differentiable]
+        return cls(num_outputs, first, differentiable,
+                   [i for i in range(num_outputs - first) if i not in differentiable],
+                   [i for i, has in zip(program.grad_primals, partition.has_grad) if has],
+                   tangents_read(partition.backward, len(differentiable)), program.num_primals)
+
+    def gradients(self, grads: Sequence, grad_outputs: tuple) -> tuple:
+        """The backward's result: ``grads`` in their primals' slots (none for the list of
+        new values), less those computed only from tangents nobody sent."""
+        result = [None] * (1 + self.num_primals)
+        missing = {k for k, i in enumerate(self.differentiable) if grad_outputs[i] is None}
+        for index, grad, read in zip(self.grad_slots, grads, self.reads):
+            if not (missing and read and read <= missing):  # [Note: no gradient where ...]
+                result[1 + index] = grad
+        return tuple(result)
+
+
+def save_values(ctx: Any, saved: Sequence, memo: dict[str, object]) -> None:
+    """Save the forward's values for backward: tensors through autograd's bookkeeping, sizes
+    (ints, from [Note: sizes in the graph]) as they are, None where a tensor is."""
+    if "sizes" not in memo:
+        memo["sizes"] = any(isinstance(v, int) for v in saved)
+    if memo["sizes"]:
+        ctx.save_for_backward(*[v for v in saved if not isinstance(v, int)])
+        ctx.saved_sizes = [v if isinstance(v, int) else None for v in saved]
+    else:
+        ctx.save_for_backward(*saved)
+
+
+def saved_values(ctx: Any, memo: dict[str, object]) -> Sequence:
+    """What ``save_values`` saved, in order."""
+    saved = ctx.saved_tensors
+    if memo["sizes"]:
+        tensors = iter(saved)
+        saved = [next(tensors) if v is None else v for v in ctx.saved_sizes]
+    return saved
+
+
 # --8<-- [start:runtime]
 def make_training_runtime(program: Program, partition: Partition, compiled_fw: Callable,
                           compiled_bw: Callable) -> Callable:
     """An ``autograd.Function`` whose forward runs the compiled forward graph and whose
     backward runs the compiled backward graph on the saved values and the tangents."""
-    num_outputs = program.num_graph_outputs
-    # [Note: new values outside the Function]: the first graph outputs, the new values of
-    # mutated inputs, leave the Function by a list when none of them has a gradient
-    first = len(program.mutated_inputs)
-    if any(i < first for i in program.differentiable):
-        first = 0
-    differentiable = [i - first for i in program.differentiable]  # among the Function's
-    no_tangent = [i for i in range(num_outputs - first) if i not in differentiable]
-    # where each gradient the backward graph returns goes among the primals' gradients
-    grad_slots = [i for i, has in zip(program.grad_primals, partition.has_grad) if has]
-    reads = tangents_read(partition.backward, len(differentiable))  # [Note: no gradient ...]
-    finish = make_epilogue(program)
-    # [Note: the Function's fixed cost]: what every call would find again, found once
+    layout, finish = FunctionLayout.of(program, partition), make_epilogue(program)
     static = not program.size_sources  # no symbolic sizes: every call has the same shapes
-    layout: dict[str, object] = {}  # "sizes": does the forward save ints; "tangents"
+    memo: dict[str, object] = {}  # found at the first call: "sizes" saved?, "tangents"
 
     class CompiledFunction(torch.autograd.Function):
         @staticmethod
         def forward(ctx, new_values, *primals):
             outputs = outside_autocast(compiled_fw, primals)
-            saved = outputs[num_outputs:]
-            if "sizes" not in layout:
-                layout["sizes"] = any(isinstance(v, int) for v in saved)
-            if layout["sizes"]:
-                # saved tensors go through autograd's bookkeeping; saved sizes (ints, from
-                # [Note: sizes in the graph]) are kept as they are, None where a tensor is
-                ctx.save_for_backward(*[v for v in saved if not isinstance(v, int)])
-                ctx.saved_sizes = [v if isinstance(v, int) else None for v in saved]
-            else:
-                ctx.save_for_backward(*saved)
-            new_values.extend(outputs[:first])
-            # [Note: outputs that are views]
-            results = fresh_outputs(outputs[first:num_outputs], primals)
-            if no_tangent:
-                ctx.mark_non_differentiable(*[results[i] for i in no_tangent])
-            # [Note: no zeros for gradients nobody sent]
-            ctx.set_materialize_grads(False)
-            if not static or "tangents" not in layout:
-                like = [(results[i].shape, results[i].dtype, results[i].device)
-                        for i in differentiable]
-                layout["tangents"] = ctx.tangent_like = like
+            save_values(ctx, outputs[layout.num_outputs:], memo)
+            new_values.extend(outputs[:layout.first])  # [Note: new values outside ...]
+            results = fresh_outputs(outputs[layout.first:layout.num_outputs], primals)  # views
+            if layout.no_tangent:
+                ctx.mark_non_differentiable(*[results[i] for i in layout.no_tangent])
+            ctx.set_materialize_grads(False)  # [Note: no zeros for gradients nobody sent]
+            if not static or "tangents" not in memo:
+                memo["tangents"] = ctx.tangent_like = [
+                    (results[i].shape, results[i].dtype, results[i].device)
+                    for i in layout.differentiable]
             return results
 
         @staticmethod
         def backward(ctx, *grad_outputs):
             if torch.is_grad_enabled():  # create_graph=True; see [Note: what backward cannot do]
                 raise RuntimeError(DOUBLE_BACKWARD)
-            like = layout["tangents"] if static else ctx.tangent_like
+            like = memo["tangents"] if static else ctx.tangent_like
             tangents = [grad_outputs[i].contiguous() if grad_outputs[i] is not None else
                         torch.zeros(shape, dtype=dtype, device=device)
-                        for i, (shape, dtype, device) in zip(differentiable, like)]
-            saved = ctx.saved_tensors
-            if layout["sizes"]:
-                tensors = iter(saved)
-                saved = [next(tensors) if v is None else v for v in ctx.saved_sizes]
-            grads = outside_autocast(compiled_bw, (*saved, *tangents))
-            result = [None] * (1 + program.num_primals)  # (none for ``new_values``)
-            missing = {k for k, i in enumerate(differentiable) if grad_outputs[i] is None}
-            for index, grad, read in zip(grad_slots, grads, reads):
-                if not (missing and read and read <= missing):  # [Note: no gradient ...]
-                    result[1 + index] = grad
-            return tuple(result)
+                        for i, (shape, dtype, device) in zip(layout.differentiable, like)]
+            grads = outside_autocast(compiled_bw, (*saved_values(ctx, memo), *tangents))
+            return layout.gradients(grads, grad_outputs)
 
     # [Note: applying the Function]: autograd's C ``apply`` itself, unless functorch needs
     # ``Function.apply``'s Python

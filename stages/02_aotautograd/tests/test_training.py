@@ -300,6 +300,31 @@ def test_no_grad_gives_an_inference_graph():
     assert loss.requires_grad and len(compiled.entries) == 2
 
 
+def test_a_guarded_signature_returns_the_entry_without_dispatch(monkeypatch):
+    """[Note: a signature the caller guards]: with ``guarded=True`` the entry compiled for
+    the example inputs is what is called; no signature is asked per call, and outputs and
+    gradients are eager's."""
+    import aotautograd.aot_autograd as aot
+
+    w, b = torch.randn(4, 3, requires_grad=True), torch.randn(4, requires_grad=True)
+    x = torch.randn(5, 3)
+
+    def fn(x, w, b):
+        return (torch.tanh(F.linear(x, w, b)).sum(),)
+
+    compiled = aot_module_simplified(fx.symbolic_trace(fn), [x, w, b], run_graph,
+                                     decompositions=TABLE, guarded=True)
+    assert compiled is next(iter(compiled.entries.values()))
+    monkeypatch.setattr(aot, "signature", lambda primals: pytest.fail("dispatched"))
+    (loss,) = compiled(x, w, b)
+    loss.backward()
+    grads = w.grad.clone(), b.grad.clone()
+    w.grad = b.grad = None
+    fn(x, w, b)[0].backward()
+    torch.testing.assert_close(loss, fn(x, w, b)[0])
+    torch.testing.assert_close(grads, (w.grad, b.grad))
+
+
 def test_dropout_mask_is_the_same_in_forward_and_backward():
     def fn(x):
         return (F.dropout(x, 0.5, training=True) * 3,)

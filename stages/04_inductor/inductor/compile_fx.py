@@ -544,6 +544,12 @@ def _describe_groups(scheduler: Scheduler) -> list[str]:
     return lines
 
 
+# Set in ``gm.meta`` by a dynamo whose guards pin grad mode and every tensor input's
+# ``requires_grad`` (ours does): aotautograd then skips its per-call dispatch ([Note: a
+# signature the caller guards] in aot_autograd.py).
+SIGNATURE_GUARDED = "signature_guarded"
+
+
 def compile_fx(gm: torch.fx.GraphModule, example_inputs: list[Any], *,
                options: dict[str, Any] | None = None) -> Callable[..., tuple]:
     """A dynamo backend: torch-level graph -> aotautograd (prims) -> compile_fx_inner."""
@@ -568,7 +574,8 @@ def compile_fx(gm: torch.fx.GraphModule, example_inputs: list[Any], *,
     started = time.perf_counter()
     fn = aotautograd.aot_module_simplified(
         gm, example_inputs, fw_compiler=fw_compiler, bw_compiler=fw_compiler,
-        decompositions=inductor_decompositions(getattr(primtorch, "decomposition_table", {})))
+        decompositions=inductor_decompositions(getattr(primtorch, "decomposition_table", {})),
+        guarded=bool(getattr(gm, "meta", {}).get(SIGNATURE_GUARDED)))
     total = time.perf_counter() - started
 
     run = fn  # what dynamo calls: aotautograd's function itself, with the compile's records

@@ -9,6 +9,7 @@ import pytest
 import torch
 import torch.fx
 import torch.nn.functional as F
+from inductor.compile_fx import SIGNATURE_GUARDED
 from inductor_testing import assert_close, device_for, to_target
 
 aotautograd = pytest.importorskip("aotautograd")
@@ -48,6 +49,20 @@ def test_compile_fx_torch_graph(target):
         name = "device_" + device.replace(":", "_")
         assert head.count(f"{name} = torch.device('{device}')") == 1
         assert "torch.device(" not in body and f"device={name}," in body
+
+
+@needs_aot
+@pytest.mark.parametrize("marked", [False, True])
+def test_a_graph_dynamo_marked_is_called_without_dispatch(marked):
+    """``compile_fx`` hands aotautograd the graph's ``signature_guarded`` mark: the entry is
+    then what dynamo calls ([Note: a signature the caller guards])."""
+    gm = torch.fx.symbolic_trace(chain)
+    if marked:
+        gm.meta[SIGNATURE_GUARDED] = True
+    x, y = torch.randn(5, 6), torch.randn(6).expand(5, 6)
+    fn = inductor.compile_fx(gm, [x, y], options={"target": "cpp"})
+    assert (fn is next(iter(fn.entries.values()))) == marked
+    assert_close(fn(x, y)[0], chain(x, y)[0])
 
 
 MODELS = {
