@@ -420,7 +420,7 @@ def test_a_launch_site_launches_directly_after_its_first_launch():
 
 
 @pytest.mark.parametrize("homed", [False, True], ids=["site", "generated"])
-@pytest.mark.parametrize("change", ["misaligned", "hooked"])
+@pytest.mark.parametrize("change", ["misaligned", "hooked", "chain replaced"])
 def test_a_launch_site_goes_the_launchers_way_when_its_variant_does_not_apply(change, homed,
                                                                              monkeypatch):
     """The site object, and the function it writes down once homed ([Note: a launch site as
@@ -441,9 +441,9 @@ def test_a_launch_site_goes_the_launchers_way_when_its_variant_does_not_apply(ch
         assert len(fn.slow) == 2
         return
     chain = launch.runtime_knobs.launch_enter_hook
-    if hasattr(chain, "calls"):
+    if hasattr(chain, "calls") and change == "hooked":
         monkeypatch.setattr(chain, "calls", [lambda meta: None])
-    else:
+    else:  # a plain callable where the chain was: the generated test compares identities
         monkeypatch.setattr(launch.runtime_knobs, "launch_enter_hook", lambda meta: None)
     launch_line(base[:64], torch.zeros(64))
     assert len(fn.slow) == 2
