@@ -50,7 +50,7 @@ import torch
 from . import config
 from .convert_frame import CacheEntry, Frame, compile_or_fallback
 from .exc import FallbackWarning, UserErrorInTrace, reproduce_line, unimplemented
-from .guards import Guard, first_failing_guard
+from .guards import SNAPSHOTS, Guard, first_failing_guard
 from .resume_execution import original_location
 from .variables.nn_module import has_hooks
 
@@ -339,6 +339,7 @@ def reset() -> None:
     _created.clear()
     _wrappers.clear()
     _frame_state.clear()
+    SNAPSHOTS.clear()  # only the guards of the entries just forgotten read them
 
 
 def _code_of(fn: Any) -> types.CodeType:

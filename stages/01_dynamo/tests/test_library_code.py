@@ -1208,6 +1208,24 @@ def test_a_deep_copy_of_a_config_is_made_while_tracing(backend, no_fallback):
     assert len(backend.graphs) == 3
 
 
+def test_forgetting_the_entries_forgets_their_snapshots(backend, no_fallback):
+    """The snapshots a copy's guard compares with live as long as the entries: ``reset``
+    drops both, and a new trace snapshots again."""
+    from dynamo.guards import SNAPSHOTS
+
+    m = CopiesItsConfig()
+    x = torch.randn(3)
+    dynamo.optimize(backend, fullgraph=True)(m.forward)(x)
+    assert SNAPSHOTS
+    dynamo.reset()
+    assert not SNAPSHOTS
+    opt = dynamo.optimize(backend, fullgraph=True)(m.forward)
+    torch.testing.assert_close(opt(x)[0], m(x)[0])
+    m.config.decoder_layers = 5
+    torch.testing.assert_close(opt(x)[0], m(x)[0])
+    assert len(backend.graphs) == 3
+
+
 class HoldsATensor:
     def __init__(self):
         self.weight = torch.ones(3)
