@@ -707,3 +707,61 @@ def test_affine_grid_and_stft_compile(target):
     got_grads = torch.autograd.grad(got.square().sum(), [image, theta])
     for mine, theirs in zip(got_grads, want_grads):
         torch.testing.assert_close(mine, theirs)
+
+
+# -- [Note: an op whose backward cannot be traced] --------------------------------------------
+@torch.library.custom_op("minipt2_e2e_test::scaled_groups", mutates_args=())
+def scaled_groups(x: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+    """Row group i (``counts[i]`` rows) times i + 1, as transformers' grouped matrix
+    multiply loops over its experts' token counts."""
+    out, start = torch.empty_like(x), 0
+    for i, n in enumerate(counts.tolist()):
+        out[start:start + n] = x[start:start + n] * (i + 1)
+        start += n
+    return out
+
+
+@scaled_groups.register_fake
+def _(x, counts):
+    return torch.empty_like(x)
+
+
+def _scaled_groups_backward(ctx, grad):
+    out, start = torch.empty_like(grad), 0
+    for i, n in enumerate(ctx.counts.tolist()):  # a loop over data, as the op's own
+        out[start:start + n] = grad[start:start + n] * (i + 1)
+        start += n
+    return out, None
+
+
+scaled_groups.register_autograd(
+    _scaled_groups_backward, setup_context=lambda ctx, inputs, output: setattr(
+        ctx, "counts", inputs[1]))
+
+
+class Grouped(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.up, self.down = torch.nn.Linear(8, 16), torch.nn.Linear(16, 8)
+
+    def forward(self, x, counts):
+        h = torch.ops.minipt2_e2e_test.scaled_groups(torch.nn.functional.gelu(self.up(x)), counts)
+        return self.down(h).square().mean()
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_custom_op_whose_backward_reads_data_trains_between_two_graphs(target):
+    """aotautograd cannot trace the op's backward; dynamo keeps the op out of the graph, so
+    the step compiles around it (no fallback) and trains like eager."""
+    torch.manual_seed(0)
+    model = Grouped()
+    x, counts = torch.randn(6, 8), torch.tensor([1, 2, 3], device="cpu")
+    compiled = driver.compile(model, options={"target": target})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", dynamo.FallbackWarning)
+        for _ in range(2):
+            model.zero_grad()
+            assert_loss_and_grads_match(compiled(x, counts), model, lambda: model(x, counts))
+    explained = driver.explain(Grouped())(x, counts)
+    assert explained.graph_count == 2 and "minipt2_e2e_test::scaled_groups" in str(
+        explained.breaks[0])

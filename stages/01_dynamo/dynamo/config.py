@@ -20,6 +20,16 @@ recompile_limit: int = 8
 reorder_prints: bool = os.environ.get("MINIPT2_REORDER_PRINTS", "") == "1"
 
 
+# [Note: ops kept out of the graph]
+# Custom ops (``"ns::name"``) a backend could not trace the backward of: a call of one while
+# autograd records (grad mode on, a tensor argument that requires grad) is a graph break, so
+# the op runs eagerly and autograd records it as it would without us. The backend says so by
+# raising an error with ``eager_ops`` (aotautograd does, [Note: an op whose backward cannot
+# be traced] in its joint.py); the frame is then traced again. Filled at run time, emptied
+# by ``dynamo.reset()``.
+eager_ops: set[str] = set()
+
+
 def strict() -> bool:
     """True when MINIPT2_STRICT=1: every fallback becomes an exception (read per call)."""
     return os.environ.get("MINIPT2_STRICT", "") == "1"

@@ -311,8 +311,22 @@ def convert_frame(frame: Frame, backend: Callable[..., Any], allow_breaks: bool 
     """Trace ``frame`` into a graph, compile it with ``backend``, package the result.
 
     ``dynamic`` and ``frame_state`` (the sizes earlier compiles of this code saw) decide
-    which input sizes are symbolic; see [Note: automatic dynamic] in eval_frame.py.
+    which input sizes are symbolic; see [Note: automatic dynamic] in eval_frame.py. A
+    backend that names ops it could not handle gets a graph without them ([Note: ops kept
+    out of the graph] in config.py), where graph breaks are allowed.
     """
+    while True:
+        try:
+            return _convert_once(frame, backend, allow_breaks, dynamic, frame_state)
+        except BackendCompilerFailed as failed:
+            ops = set(getattr(failed.__cause__, "eager_ops", ())) - config.eager_ops
+            if not ops or not allow_breaks:
+                raise
+            config.eager_ops.update(ops)
+
+
+def _convert_once(frame: Frame, backend: Callable[..., Any], allow_breaks: bool,
+                  dynamic: bool | None, frame_state: dict | None) -> CacheEntry:
     clash = RESERVED_NAMES & set(frame.arguments)
     if clash:
         unimplemented(f"a parameter named {sorted(clash)[0]!r} shadows a name guards use")

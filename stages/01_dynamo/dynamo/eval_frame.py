@@ -340,6 +340,7 @@ def reset() -> None:
     _wrappers.clear()
     _frame_state.clear()
     SNAPSHOTS.clear()  # only the guards of the entries just forgotten read them
+    config.eager_ops.clear()  # [Note: ops kept out of the graph]
 
 
 def _code_of(fn: Any) -> types.CodeType:

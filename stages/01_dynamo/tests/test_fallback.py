@@ -10,6 +10,7 @@ import warnings
 import dynamo
 import pytest
 import torch
+from dynamo.exc import BackendCompilerFailed
 from dynamo.symbolic_convert import InstructionTranslator
 
 
@@ -133,6 +134,49 @@ def twice(x: torch.Tensor) -> torch.Tensor:
 @twice.register_fake
 def _(x):
     return torch.empty_like(x)
+
+
+twice.register_autograd(lambda ctx, grad: grad * 2)
+
+
+class BackendRefusingAnOp(Exception):
+    eager_ops = frozenset({"minipt2_test::twice"})
+
+
+def with_twice(x, w):
+    return twice(torch.tanh(x @ w)).sin().sum()
+
+
+def test_an_op_a_backend_names_runs_between_two_graphs():
+    """[Note: ops kept out of the graph]: a backend that fails on an op while autograd
+    records, and names it, gets the frame traced again with a graph break at the op; the op
+    runs eagerly, autograd records it, and without grad it stays in the graph."""
+    graphs = []
+
+    def refusing(gm, inputs):
+        graphs.append(gm)
+        if torch.is_grad_enabled() and any("twice" in str(n.target) for n in gm.graph.nodes):
+            raise BackendRefusingAnOp("cannot trace its backward")
+        return gm.forward
+
+    x, w = torch.randn(3, 4), torch.randn(4, 4, requires_grad=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", dynamo.FallbackWarning)
+        opt = dynamo.optimize(refusing)(with_twice)
+        opt(x, w).backward()
+    grad, w.grad = w.grad, None
+    with_twice(x, w).backward()
+    torch.testing.assert_close(grad, w.grad)
+    assert dynamo.config.eager_ops == {"minipt2_test::twice"}
+    assert len(graphs) == 3  # refused, then the graphs before and after the op
+    assert not any("twice" in str(n.target) for gm in graphs[1:] for n in gm.graph.nodes)
+    with torch.no_grad():
+        torch.testing.assert_close(opt(x, w), with_twice(x, w))
+    assert any("twice" in str(n.target) for n in graphs[-1].graph.nodes)
+    dynamo.reset()
+    assert not dynamo.config.eager_ops
+    with pytest.raises(BackendCompilerFailed):  # no graph break allowed: the backend's error
+        dynamo.optimize(refusing, fullgraph=True)(with_twice)(x, w)
 
 
 def test_a_custom_op_called_by_its_python_name_is_in_the_graph(backend, no_fallback):

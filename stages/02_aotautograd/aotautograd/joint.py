@@ -35,6 +35,7 @@ import torch.fx as fx
 import torch.utils._pytree as pytree
 from torch.fx._lazy_graph_module import _LazyGraphModule
 
+from aotautograd.exc import AOTUnsupported
 from aotautograd.proxy_tensor import DecompositionTable, Tracer, TracerTensor, sync_views, tracing
 
 
@@ -178,10 +179,53 @@ def trace_backward(tracer: Tracer, outputs: list[TracerTensor],
     with _after_placeholders(tracer.graph):  # keep (*primals, *tangents) together
         tangents = [tracer.tangent(f"tangent_{i}", out) for i, out in enumerate(outputs)]
     with torch._C._DisableAutocast():  # eager runs loss.backward() outside autocast
-        grads = torch.autograd.grad(outputs, primals, tangents, allow_unused=True)
+        try:
+            grads = torch.autograd.grad(outputs, primals, tangents, allow_unused=True)
+        except Exception as error:  # [Note: an op whose backward cannot be traced]
+            op = custom_op_whose_backward_failed(error, tracer.graph)
+            if op is None:
+                raise
+            raise AOTUnsupported(
+                f"the backward formula registered for the custom op {op} cannot be traced "
+                f"({type(error).__name__}: {error}); the op is best kept out of the graph",
+                eager_ops=frozenset({op})) from error
     tracer.phase = "forward"
     return list(grads)
 # --8<-- [end:trace-backward]
+
+
+# --8<-- [start:op-backward]
+# [Note: an op whose backward cannot be traced]
+# A custom op (``torch.library.custom_op``) reaches the trace as one node, and its backward
+# is whatever Python ``torch.library.register_autograd`` was given. Tracing runs that Python
+# on TracerTensors, which is fine while it only calls tensor ops. transformers 5.17's
+# grouped matrix multiply for mixture-of-experts layers (GPT-OSS) loops over
+# ``offs.tolist()`` in its backward: the number of tokens each expert got, which a tracer
+# does not know, so the whole training frame fell back to eager. The op itself is not the
+# trouble: run eagerly, autograd records it and its backward runs on real tensors. So when
+# the backward fails inside such a formula, the error names the op (``eager_ops``); dynamo
+# then traces the frame again with a graph break at each call of that op while autograd
+# records ([Note: ops kept out of the graph] in its ``config.py``), and the rest compiles.
+# The op is found from the failing frame's ``ctx``: the autograd node torch.library made for
+# the op, whose Function class is named after it (``GeneratedBackwardFor_{ns}_{op}_{overload}``),
+# matched against the custom ops the forward recorded.
+def custom_op_whose_backward_failed(error: BaseException, graph: fx.Graph) -> str | None:
+    """The qualified name (``"ns::name"``) of the custom op (one of ``graph``'s) whose
+    registered backward raised ``error``, or None when the error came from elsewhere."""
+    custom_ops = {n.target for n in graph.nodes if isinstance(n.target, torch._ops.OpOverload)
+                  and n.target.namespace not in ("aten", "prims")}
+    names = {f"GeneratedBackwardFor_{op._namespace}_{op._opname}_{op._overloadname}":
+             op._schema.name for op in custom_ops}
+    tb = error.__traceback__
+    while tb is not None:
+        ctx = tb.tb_frame.f_locals.get("ctx") if tb.tb_frame.f_code.co_name == "backward" \
+            else None
+        forward_cls = getattr(type(ctx), "_forward_cls", None)
+        if getattr(forward_cls, "__name__", None) in names:
+            return names[forward_cls.__name__]
+        tb = tb.tb_next
+    return None
+# --8<-- [end:op-backward]
 
 
 def classify_outputs(tracer: Tracer, primals: list, outputs: list) -> tuple[list, list]:

@@ -325,6 +325,39 @@ def test_a_guarded_signature_returns_the_entry_without_dispatch(monkeypatch):
     torch.testing.assert_close(grads, (w.grad, b.grad))
 
 
+@torch.library.custom_op("minipt2_aot_test::scaled_by", mutates_args=())
+def scaled_by(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    return x * scale
+
+
+@scaled_by.register_fake
+def _(x, scale):
+    return torch.empty_like(x)
+
+
+scaled_by.register_autograd(  # a backward that asks for a number: no tracer knows it
+    lambda ctx, grad: (grad * ctx.scale.item(), None),
+    setup_context=lambda ctx, inputs, output: setattr(ctx, "scale", inputs[1]))
+
+
+def test_an_op_whose_backward_reads_data_is_named_in_the_error():
+    """[Note: an op whose backward cannot be traced]: the error says which custom op, so
+    that dynamo can keep it out of the graph; without grad the op traces as one node."""
+    w = torch.randn(4, 4, requires_grad=True)
+    x, scale = torch.randn(3, 4), torch.tensor(3.0)
+
+    def fn(x, w, scale):
+        return (torch.ops.minipt2_aot_test.scaled_by(torch.tanh(x @ w), scale).sum(),)
+
+    gm = fx.symbolic_trace(fn)
+    with pytest.raises(AOTUnsupported, match="minipt2_aot_test::scaled_by") as error:
+        aot_module_simplified(gm, [x, w, scale], run_graph, decompositions=TABLE)
+    assert error.value.eager_ops == {"minipt2_aot_test::scaled_by"}
+    with torch.no_grad():
+        compiled = aot_module_simplified(gm, [x, w, scale], run_graph, decompositions=TABLE)
+        torch.testing.assert_close(compiled(x, w, scale)[0], fn(x, w, scale)[0])
+
+
 def test_dropout_mask_is_the_same_in_forward_and_backward():
     def fn(x):
         return (F.dropout(x, 0.5, training=True) * 3,)

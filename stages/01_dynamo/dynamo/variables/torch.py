@@ -16,8 +16,9 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from .. import config
 from ..exc import unimplemented
-from .base import VariableTracker
+from .base import VariableTracker, children
 from .constant import ConstantVariable
 from .ctx_manager import AutocastVariable, GradModeVariable
 
@@ -46,6 +47,23 @@ COMPILING_QUESTIONS = {
                          ("is_exporting", False))
     if hasattr(torch.compiler, name)
 }
+
+
+def op_name(fn: Any) -> str | None:
+    """``"ns::name"`` for an op of ``torch.ops`` (an overload or its packet), else None."""
+    if isinstance(fn, torch._ops.OpOverloadPacket):
+        return fn._qualified_op_name
+    if isinstance(fn, torch._ops.OpOverload):
+        return fn._schema.name
+    return None
+
+
+def _requires_grad(value: VariableTracker) -> bool:
+    """Whether a tensor in ``value`` (or among its items) requires grad."""
+    example = getattr(value, "example", None)
+    if isinstance(example, torch.Tensor):
+        return example.requires_grad
+    return any(map(_requires_grad, children(value)))
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -79,6 +97,11 @@ class TorchFunctionVariable(VariableTracker):
             return AutocastVariable.create(fn, args, kwargs)  # [Note: autocast in the graph]
         if hasattr(fn, "__wrapped__"):
             unimplemented(f"{getattr(fn, '__qualname__', fn)} is a decorated torch function")
+        name = op_name(fn)
+        if name in config.eager_ops and torch.is_grad_enabled() \
+                and any(map(_requires_grad, [*args, *kwargs.values()])):
+            unimplemented(f"{name}: a backend could not trace its backward, so it runs "
+                          "outside the graph ([Note: ops kept out of the graph])")
         return tx.output.create_op("call_function", fn, args, kwargs)
 
     def reconstruct(self, rt: Any) -> Any:
