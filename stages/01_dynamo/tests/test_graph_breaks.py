@@ -436,4 +436,3 @@ def test_slice_bounds_that_are_tensors_break_the_graph_there(backend, no_fallbac
     torch.testing.assert_close(grad, grad_want)
     short, span = torch.randn(2, 8, 8), torch.tensor(8)
     torch.testing.assert_close(opt(short, emb, span), _relative_slice(short, emb, span))
-
