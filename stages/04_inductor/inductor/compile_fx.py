@@ -220,7 +220,8 @@ def compile_fx_inner(prims_gm: torch.fx.GraphModule, example_inputs: list[Any], 
         artifacts["wrapper"] = source
         scope = exec_python_source(source, "wrapper", "call",
                                    {"prims_graph": align_library_args(prims_gm)})
-        return CompiledGraph(scope["call"], artifacts, 0)
+        call = fresh_constants(scope["call"], prims_gm, tensor_constants(prims_gm))
+        return CompiledGraph(call, artifacts, 0)
     devices = {t.device.type for t in example_inputs if isinstance(t, torch.Tensor)}
     if target == "cpp" and devices - {"cpu"}:
         raise CompileError(f"target 'cpp' runs on CPU tensors, got inputs on {sorted(devices)}")
@@ -336,16 +337,46 @@ def compile_with_constants(prims_gm: torch.fx.GraphModule, example_inputs: list[
     kernels_device = next((t.device for t in example_inputs if isinstance(t, torch.Tensor)),
                           None) or factory_device(prims_gm)  # as GraphLowering.device() says
     fold_constants(prims_gm, kernels_device)  # [Note: constant folding]
-    elsewhere = {operator.attrgetter(n.target)(prims_gm).device
-                 for n in tensor_constants(prims_gm)} - (devices or {kernels_device})
-    if elsewhere:
-        raise CompileError(f"a tensor made in the traced code lives on {elsewhere.pop()}, "
-                           "not on the device of the graph's inputs")
+    allowed = devices or {kernels_device}
+    for node in tensor_constants(prims_gm):
+        value = operator.attrgetter(node.target)(prims_gm)
+        if value.device not in allowed and any(u.op != "output" for u in node.users):
+            raise CompileError(
+                f"a tensor made in the traced code lives on {value.device}, not on the device "
+                f"of the graph's inputs ({node.target}: {tuple(value.shape)} {value.dtype}, "
+                f"read by {', '.join(str(u.target) for u in node.users) or 'nothing'})")
     values = lift_tensor_constants(prims_gm)
     inner = compile_fx_inner(prims_gm, [*example_inputs, *values], target=target, mode=mode)
     call = inner.call
-    inner.call = lambda *args: call(*args, *values)
+    placeholders = [n for n in prims_gm.graph.nodes if n.op == "placeholder"]
+    inner.call = fresh_constants(lambda *args: call(*args, *values), prims_gm,
+                                 placeholders[len(example_inputs):])
     return inner
+
+
+# [Note: a constant the graph returns]
+# A tensor made in the traced code can leave the graph as it is: a value live across a graph
+# break (transformers' MoE layers keep a 0-dim ``torch.tensor(0)`` on the CPU there), or a
+# returned one. Eager makes it anew at every call; the compiled call passes the same lifted
+# tensor every time, so returning it would hand each call one object, and a write into it
+# (``c.add_(5)``) would show in the next call's result. Such an output is cloned per call. And
+# since no kernel reads it, it may live on another device than the inputs (the CPU beside a
+# CUDA graph), which otherwise is a compile error ([Note: tensor constants]).
+def fresh_constants(call: Callable[..., Any], gm: torch.fx.GraphModule,
+                    constants: list[torch.fx.Node]) -> Callable[..., Any]:
+    """``call``, with each output of ``gm`` that is one of the ``constants`` nodes cloned at
+    every call ([Note: a constant the graph returns])."""
+    output = next(n for n in gm.graph.nodes if n.op == "output")
+    returned = [i for i, a in enumerate(output.args[0]) if a in constants]
+    if not returned:
+        return call
+
+    def fresh(*args: Any) -> tuple:
+        outputs = list(call(*args))
+        for i in returned:
+            outputs[i] = outputs[i].clone()
+        return tuple(outputs)
+    return fresh
 
 
 def lift_tensor_constants(gm: torch.fx.GraphModule) -> list[torch.Tensor]:

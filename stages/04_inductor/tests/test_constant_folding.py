@@ -258,3 +258,32 @@ def test_tensors_from_outside_the_frame_are_read_at_each_call():
         lin.weight.mul_(3)
         lin.bias.fill_(1.0)
     assert_close(fast(x), lin(x) * 2)
+
+
+@pytest.mark.parametrize("target", ["cpp", "triton", "fallback"])
+def test_a_returned_constant_is_a_fresh_tensor_at_every_call(target):
+    """[Note: a constant the graph returns]: eager makes ``torch.tensor(0)`` anew at every
+    call, so a write into one call's result must not show in the next one's."""
+    x = to_target([torch.randn(3)], target)[0]
+    gm = graph_with_constants(lambda p, x, c: (p.add(x, x), c), [x],
+                              {"c": torch.tensor(7)})  # on the CPU, whatever x's device
+    compiled = inductor.compile_fx_inner(gm, [x], target=target)
+    first = compiled(x)
+    first[1].add_(5)
+    second = compiled(x)
+    assert second[1].item() == 7 and second[1] is not first[1]
+    assert second[1].device == torch.device("cpu")  # read by no kernel: it may stay there
+    assert_close(second[0], x + x)
+
+
+def test_a_constant_live_across_a_graph_break_is_fresh_at_every_call():
+    def fn(x):
+        count = torch.tensor(0)
+        y = x + 1
+        print("a graph break", file=__import__("io").StringIO())
+        return y, count
+
+    compiled = driver.compile(fn)
+    x = torch.randn(3)
+    compiled(x)[1].add_(5)
+    assert compiled(x)[1].item() == 0
