@@ -96,6 +96,10 @@ def test_compile_with_constants_accepts_a_cpu_scalar_beside_other_devices(monkey
     gm = graph_with_constants(plus_vector, [x], {"v": torch.arange(4.0)})
     with pytest.raises(CompileError, match="lives on cpu"):
         compile_fx.compile_with_constants(gm, [x], "triton", "default")
+    # one that no op reads, only returned: [Note: a constant the graph returns]
+    gm = graph_with_constants(lambda p, x, v: (p.add(x, x), v), [x], {"v": torch.arange(4.0)})
+    compile_fx.compile_with_constants(gm, [x], "triton", "default")
+    assert len(seen) == 2
 
 
 @pytest.mark.parametrize("target", TARGETS)
