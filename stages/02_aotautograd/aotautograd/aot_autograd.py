@@ -105,7 +105,8 @@ def aot_module_simplified(
 # [Note: a signature the caller guards]
 # ``forward`` asks at every call which signature it has (grad mode, and which inputs require
 # grad) to pick the entry compiled for it: a Python loop over the inputs, about 6 us a call
-# on the H200's host, three times a step in the graph_breaks benchmark. Dynamo already asks
+# under cProfile on the H200's host, three times a step in the graph_breaks benchmark (whose
+# step time, noisier than that, did not move measurably without it). Dynamo already asks
 # the same before it calls the graph at all: its guards pin grad mode and each tensor
 # input's ``requires_grad``, and a call that differs compiles a graph of its own. So when
 # the caller says so (``guarded=True``: inductor's ``compile_fx`` for a graph our dynamo
