@@ -290,10 +290,12 @@ def _eager_after_user_error(frame: Frame, run_eagerly: Callable[[], Any],
     trace could not answer), and tracing again at every call would fail the same way at the
     cost of a trace each time: the code runs eagerly from now on, with one warning."""
     result = run_eagerly()
+    where = f" (at {error.location})" if error.location else ""
     if fullgraph or config.strict():
-        raise RuntimeError(f"{frame.code.co_name}(): tracing raised {error}, which eager "
-                           "PyTorch does not raise") from error.error
-    _eager_from_now_on(frame, f"tracing raised {error}, which eager PyTorch does not raise")
+        raise RuntimeError(f"{frame.code.co_name}(): tracing raised {error}{where}, which "
+                           "eager PyTorch does not raise") from error.error
+    _eager_from_now_on(frame, f"tracing raised {error}{where}, which eager PyTorch does not "
+                       "raise")
     return result
 
 

@@ -67,6 +67,7 @@ class UserErrorInTrace(Exception):
     def __init__(self, error: BaseException) -> None:
         super().__init__(f"{type(error).__name__}: {error}")
         self.error = error
+        self.location: str | None = None  # the traced source line that raised, innermost
 
 
 class FallbackWarning(UserWarning):

@@ -178,6 +178,7 @@ class InstructionTranslatorBase(ContainerOps):
             handler(inst)
         except UserErrorInTrace as error:  # [Note: except blocks in traced code]
             if not self.raise_into_handler(inst, error):
+                error.location = error.location or self.location()
                 raise
     # --8<-- [end:opcode-dispatch]
 

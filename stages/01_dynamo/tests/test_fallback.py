@@ -206,8 +206,10 @@ def test_a_trace_only_error_runs_eagerly_once_warned(backend, monkeypatch):
 
     opt = dynamo.optimize(backend)(fn)
     x = torch.randn(3)
-    with pytest.warns(dynamo.FallbackWarning, match="stricter than the real one"):
+    with pytest.warns(dynamo.FallbackWarning, match="stricter than the real one") as caught:
         torch.testing.assert_close(opt(x), x * 2 + 1)
+    # the traced line that raised, which may be deep inside a library, not only the frame's
+    assert "return torch.ops.minipt2_test.strict_meta(x) + 1)" in str(caught[0].message)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         torch.testing.assert_close(opt(x), x * 2 + 1)
