@@ -361,20 +361,28 @@ def compile_with_constants(prims_gm: torch.fx.GraphModule, example_inputs: list[
 # tensor every time, so returning it would hand each call one object, and a write into it
 # (``c.add_(5)``) would show in the next call's result. Such an output is cloned per call. And
 # since no kernel reads it, it may live on another device than the inputs (the CPU beside a
-# CUDA graph), which otherwise is a compile error ([Note: tensor constants]).
+# CUDA graph), which otherwise is a compile error ([Note: tensor constants]). A constant is a
+# tensor made anew at every call only as dynamo hands it over; a hand-traced module's plain
+# tensor attribute, returned untouched, is one too by now, and its copy is no longer the
+# attribute (dynamo passes such a tensor as an input, whose identity is kept).
 def fresh_constants(call: Callable[..., Any], gm: torch.fx.GraphModule,
                     constants: list[torch.fx.Node]) -> Callable[..., Any]:
     """``call``, with each output of ``gm`` that is one of the ``constants`` nodes cloned at
     every call ([Note: a constant the graph returns])."""
     output = next(n for n in gm.graph.nodes if n.op == "output")
-    returned = [i for i, a in enumerate(output.args[0]) if a in constants]
+    returned: dict[torch.fx.Node, list[int]] = {}  # a constant returned twice is one tensor
+    for i, a in enumerate(output.args[0]):
+        if a in constants:
+            returned.setdefault(a, []).append(i)
     if not returned:
         return call
 
     def fresh(*args: Any) -> tuple:
         outputs = list(call(*args))
-        for i in returned:
-            outputs[i] = outputs[i].clone()
+        for positions in returned.values():
+            copy = outputs[positions[0]].clone()
+            for i in positions:
+                outputs[i] = copy
         return tuple(outputs)
     return fresh
 

@@ -269,13 +269,14 @@ def test_a_returned_constant_is_a_fresh_tensor_at_every_call(target):
     """[Note: a constant the graph returns]: eager makes ``torch.tensor(0)`` anew at every
     call, so a write into one call's result must not show in the next one's."""
     x = to_target([torch.randn(3)], target)[0]
-    gm = graph_with_constants(lambda p, x, c: (p.add(x, x), c), [x],
+    gm = graph_with_constants(lambda p, x, c: (p.add(x, x), c, c), [x],
                               {"c": torch.tensor(7)})  # on the CPU, whatever x's device
     compiled = inductor.compile_fx_inner(gm, [x], target=target)
     first = compiled(x)
     first[1].add_(5)
     second = compiled(x)
     assert second[1].item() == 7 and second[1] is not first[1]
+    assert second[2] is second[1]  # returned twice, one tensor, as in eager
     assert second[1].device == torch.device("cpu")  # read by no kernel: it may stay there
     assert_close(second[0], x + x)
 
