@@ -293,7 +293,7 @@ class FunctionLayout:
     # mutated inputs, leave the Function by a list when none of them has a gradient
     first: int
     differentiable: list[int]  # among the Function's outputs
-    no_tangent: list[int]
+    no_tangent: list[int]  # the other outputs: marked non-differentiable
     grad_slots: list[int]  # where each gradient the backward returns goes among the primals'
     reads: list[frozenset[int]]  # the tangents each gradient reads ([Note: no gradient ...])
     num_primals: int
