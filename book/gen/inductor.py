@@ -105,6 +105,35 @@ def scheduling_examples(write) -> None:
     (record,) = compiled.graphs
     write("inductor/autotune_wrapper.py", call_only(record.artifacts["wrapper"]))
     template_example(write)
+    last_program_example(write)
+
+
+def last_program_example(write) -> None:
+    """A mean of 512 x 256 values and a bias gradient's column sum, split as on a GPU
+    (this machine may have none, so CPU tensors are let split too): each pair of kernels is
+    one, whose last programs finish ([Note: the last program finishes])."""
+    import driver
+    from inductor import split_reduction
+
+    x = torch.randn(512, 256)
+    fn = lambda a: (a.mean(), a.sum(0))  # noqa: E731
+    devices = split_reduction.SPLIT_DEVICES
+    split_reduction.SPLIT_DEVICES = devices | {"cpu"}
+    try:
+        driver.reset()
+        compiled = driver.compile(fn, options={"target": "triton"})
+        for got, want in zip(compiled(x), fn(x)):
+            torch.testing.assert_close(got, want, atol=1e-3, rtol=1e-4)
+    finally:
+        split_reduction.SPLIT_DEVICES = devices
+    (record,) = compiled.graphs
+    kernels = [v for k, v in record.artifacts.items() if k.startswith("kernels/")]
+    assert len(kernels) == 2 and all("_then_" in k for k in kernels), "two one-launch kernels"
+    mean = next(k for k in kernels if "div" in k.split("@triton.jit")[-1])
+    write("inductor/last_program_triton.py", kernel_only(mean, "triton"))
+    write("inductor/last_program_wrapper.py", call_only(record.artifacts["wrapper"]))
+    verdicts = [line for line in record.artifacts["fusion"].splitlines() if "finished by" in line]
+    write("inductor/last_program_fusion.txt", "\n".join(verdicts) + "\n")
 
 
 def template_example(write) -> None:

@@ -35,6 +35,7 @@ from inductor import sizevars
 from inductor.autotune import Autotuner, can_time, default_reduction_configs
 from inductor.codecache import CppCodeCache, TritonCodeCache, exec_python_source
 from inductor.codegen.cpp import generate_cpp_kernel
+from inductor.codegen.last_program import COUNTER, finished_by_last_program
 from inductor.codegen.triton import KernelSource, generate_triton_kernel, interpreting
 from inductor.codegen.triton_template import generate_mm_template
 from inductor.codegen.wrapper import WrapperCodeGen, fallback_wrapper_source
@@ -196,7 +197,8 @@ def tuned_kernels(kernels: Any, target: str, autotune: bool) -> frozenset[str]:
     names = set()
     for kernel in kernels:
         # a kernel over symbolic sizes would be timed again at every new size: not by default
-        if kernel.rnumel is not None and not kernel.size_vars:
+        # (a kernel whose last program finishes was printed for its one block size)
+        if kernel.rnumel is not None and not kernel.size_vars and kernel.finishes is None:
             kernel.configs = default_reduction_configs(kernel)
             if len(kernel.configs) > 1:
                 names.add(kernel.name)
@@ -284,6 +286,9 @@ def lower_and_print(prims_gm: torch.fx.GraphModule, example_inputs: list[Any], t
               else "scheduling (fusion)")
     artifacts["fusion"] = "\n".join(_describe_groups(scheduler) + [""] + scheduler.log)
     kernels = generate_kernels(scheduler, graph, target)
+    if target == "triton" and os.environ.get("MINIPT2_LAST_PROGRAM", "1") != "0":
+        kernels = finished_by_last_program(scheduler.groups, kernels, outputs, scheduler.log)
+        artifacts["fusion"] = "\n".join(_describe_groups(scheduler) + [""] + scheduler.log)
     clock.lap(f"printing {len(kernels)} kernels")
     suffix = "py" if target == "triton" else "cpp"
     artifacts.update({f"kernels/{k.name}.{suffix}": k.source for k in kernels.values()})
@@ -431,15 +436,23 @@ def precompile_jobs(kernels: Any, namespace: dict[str, Any], graph: GraphLowerin
         return []
     jobs: dict[tuple, tuple[Any, tuple, dict[str, Any]]] = {}
     for kernel in kernels:
-        buffers = [graph.buffer_by_name.get(name) for name in kernel.args]
-        sizes = kernel.size_args()
-        if None in buffers or not all(isinstance(s, (int, sympy.Integer)) for s in sizes):
+        dtypes, sizes = arg_dtypes(kernel, graph), kernel.size_args()
+        if dtypes is None or not all(isinstance(s, (int, sympy.Integer)) for s in sizes):
             continue  # a symbolic size: compiled at the first launch, for the sizes it meets
-        args = (*(b.get_dtype() for b in buffers), *map(int, sizes))
+        args = (*dtypes, *map(int, sizes))
         for config in kernel.configs if kernel.name in tuned else [kernel.launch]:
             jobs[kernel.name, args, tuple(config.items())] = (namespace[kernel.name], args,
                                                               dict(config))
     return list(jobs.values())  # (a kernel shared by equal loops: once per variant)
+
+
+def arg_dtypes(kernel: KernelSource, graph: GraphLowering) -> tuple | None:
+    """The dtype of each buffer ``kernel`` takes (the counter of [Note: the last program
+    finishes] is an int32), or None where one is not a buffer of ``graph``."""
+    buffers = [graph.buffer_by_name.get(name) for name in kernel.args]
+    dtypes = [torch.int32 if name == COUNTER else b and b.get_dtype()
+              for name, b in zip(kernel.args, buffers)]
+    return None if None in dtypes else tuple(dtypes)
 
 
 def fixed_dtype_pointers(kernels: Any, graph: GraphLowering) -> dict[str, int]:
@@ -447,9 +460,7 @@ def fixed_dtype_pointers(kernels: Any, graph: GraphLowering) -> dict[str, int]:
     wrapper passes buffers of the same dtypes ([Note: keys without dtypes] in launcher.py)."""
     signatures: dict[str, set[tuple | None]] = {}
     for kernel in kernels:
-        buffers = [graph.buffer_by_name.get(name) for name in kernel.args]
-        signature = None if None in buffers else tuple(b.get_dtype() for b in buffers)
-        signatures.setdefault(kernel.name, set()).add(signature)
+        signatures.setdefault(kernel.name, set()).add(arg_dtypes(kernel, graph))
     counts = {kernel.name: len(kernel.args) for kernel in kernels}
     return {name: counts[name] for name, found in signatures.items()
             if len(found) == 1 and None not in found}

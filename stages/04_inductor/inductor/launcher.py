@@ -324,6 +324,23 @@ class LaunchSite:
     # --8<-- [end:site-function]
 
 
+_COUNTERS: dict[tuple, torch.Tensor] = {}  # (device type, index, stream) -> its counter
+
+
+def last_program_counter(device: torch.device, slots: int = 1) -> torch.Tensor:
+    """At least ``slots`` zero int32s on ``device`` for the current stream's kernels whose
+    last programs finish their work; each such launch leaves them at zero again ([Note: the
+    last program finishes] in codegen/last_program.py)."""
+    key: tuple = (device.type, device.index)
+    if device.type == "cuda":  # (``torch.cuda.current_stream`` costs microseconds)
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        key = ("cuda", index, torch._C._cuda_getCurrentRawStream(index))
+    counter = _COUNTERS.get(key)
+    if counter is None or counter.numel() < slots:
+        counter = _COUNTERS[key] = torch.zeros(slots, dtype=torch.int32, device=device)
+    return counter
+
+
 def bind_launch(kernel: Any, grid: tuple[int, int, int], sizes: tuple,
                 **options: Any) -> Callable[..., Any]:
     """What a wrapper line launching ``kernel`` over static sizes calls with its buffers:

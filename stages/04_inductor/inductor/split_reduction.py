@@ -149,9 +149,9 @@ def split_reduction(value: Reduction, realize: Callable[[Any], Any]) -> Reductio
 
     if value.reduction_type in ("welford_mean", "welford_m2"):
         return split_welford(value, realize, partial_fn, partial_dtype, where, chunk)
-    partials = realize(Reduction(value.device, partial_dtype, partial_fn,
-                                 where.rows(value.ranges), [sympy.Integer(chunk)],
-                                 value.reduction_type))
+    partials = where.tag(realize(Reduction(value.device, partial_dtype, partial_fn,
+                                           where.rows(value.ranges), [sympy.Integer(chunk)],
+                                           value.reduction_type)))
     load = partials.make_loader()
     return Reduction(value.device, value.dtype,
                      lambda index, rindex: load(where.row(index, rindex[0])),
@@ -174,6 +174,12 @@ class Split:
     def parts(self, index: Sequence[Expr]) -> tuple[list[Expr], Expr]:
         return (list(index[1:]), index[0]) if self.first else (list(index[:-1]), index[-1])
 
+    def tag(self, buffer: Any) -> Any:
+        """``buffer`` (the partials), marked with where its chunk index goes, for [Note: the
+        last program finishes] (codegen/last_program.py)."""
+        buffer.chunk_first = self.first
+        return buffer
+
 
 
 def split_welford(value: Reduction, realize: Callable[[Any], Any], partial_fn: Callable,
@@ -185,7 +191,8 @@ def split_welford(value: Reduction, realize: Callable[[Any], Any], partial_fn: C
     one kernel and the printers compute them once."""
     rows, chunks = where.rows(value.ranges), [sympy.Integer(chunk)]
     splits = [sympy.Integer(where.splits)]
-    means = realize(Reduction(value.device, dtype, partial_fn, rows, chunks, "welford_mean"))
+    means = where.tag(realize(Reduction(value.device, dtype, partial_fn, rows, chunks,
+                                        "welford_mean")))
     load_mean = means.make_loader()
 
     def chunk_mean(index: Sequence[Expr], rindex: Sequence[Expr]) -> Any:
@@ -195,8 +202,8 @@ def split_welford(value: Reduction, realize: Callable[[Any], Any], partial_fn: C
                      "welford_mean")
     if value.reduction_type == "welford_mean":
         return mean
-    load_m2 = realize(Reduction(value.device, dtype, partial_fn, rows, chunks,
-                                "welford_m2")).make_loader()
+    load_m2 = where.tag(realize(Reduction(value.device, dtype, partial_fn, rows, chunks,
+                                          "welford_m2"))).make_loader()
     load_total = realize(mean).make_loader()
 
     def spread(index: Sequence[Expr], rindex: Sequence[Expr]) -> Any:

@@ -206,7 +206,8 @@ def test_split_welford_reductions(target, which, monkeypatch):
         assert_close(out, want_mean.float(), rtol=1e-6, atol=0)
     else:
         assert_close(out / 16384, (want_m2 / 16384).float(), rtol=1e-4, atol=0)
-    assert compiled.kernel_count == 2
+    assert compiled.kernel_count == (1 if target == "triton" else 2)  # ([Note: the last
+    # program finishes]: one launch)
 
 
 @pytest.mark.parametrize("target", TARGETS)

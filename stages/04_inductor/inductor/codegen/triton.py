@@ -451,6 +451,10 @@ class KernelSource:
     configs: list[dict[str, int]] = dataclasses.field(default_factory=list)  # max-autotune
     # the size symbols the kernel takes after its numels ([Note: sizes as kernel arguments])
     size_vars: list[sympy.Symbol] = dataclasses.field(default_factory=list)
+    # the group whose buffers this kernel writes too, in its last program ([Note: the last
+    # program finishes] in last_program.py); that group has no kernel of its own
+    finishes: Any = None
+    counters: int = 0  # how many counters its last programs use (one per tile)
 
     def size_args(self) -> list[Any]:
         """The sizes the kernel takes after its buffers, in its parameter order (ints, or

@@ -19,6 +19,7 @@ from typing import Any
 import sympy
 import torch
 
+from inductor.codegen.last_program import COUNTER
 from inductor.codegen.triton import KernelSource
 from inductor.exc import CompileError
 from inductor.ir import (
@@ -254,9 +255,15 @@ class WrapperCodeGen:
         args = ", ".join(b.name for b in self.graph.graph_inputs)
         self.lines = [f"def call({args}):", *self.size_bindings()]
         last_use = self.last_uses()
+        counters = [k for k in self.kernels.values() if COUNTER in k.args]
+        if counters:  # [Note: the last program finishes]
+            device = self.device_name(str(counters[0].finishes.device))
+            slots = max(k.counters for k in counters)
+            self.lines.append(f"    {COUNTER} = last_program_counter({device}, {slots})")
         for step, group in enumerate(self.groups):
             if isinstance(group, FusedGroup):
-                self.kernel_call(step, group)
+                if step in self.kernels:  # (else its kernel's last program is the one before)
+                    self.kernel_call(step, group)
             else:
                 self.extern_call(group.kernel)
             for name in sorted(n for n, s in last_use.items() if s == step):
@@ -271,13 +278,16 @@ class WrapperCodeGen:
                  for (kernel, fixed), name in self.sites.items()]
         if sites:  # [Note: launch sites]
             sites = ["from inductor.launcher import bind_launch", "", *sites]
+        if any(COUNTER in k.args for k in self.kernels.values()):
+            sites = ["from inductor.launcher import last_program_counter", *sites]
         return "\n".join([*header, PRELUDE, *devices, *sites, "", ""] + self.lines) + "\n"
 
     def kernel_call(self, step: int, group: FusedGroup) -> None:
         kernel = self.kernels[step]
         if self.target == "triton":
             self.check_devices(kernel)
-        for node in group.nodes:  # a ScatterBuffer writes memory its copy allocated
+        finished = kernel.finishes.nodes if kernel.finishes is not None else []
+        for node in [*group.nodes, *finished]:  # a ScatterBuffer writes memory its copy allocated
             if (node.name in kernel.args and node.name not in self.removed
                     and not isinstance(node.buffer, ScatterBuffer)):
                 if node.name in self.inplace:  # [Note: writing an input in place]
@@ -471,8 +481,8 @@ class WrapperCodeGen:
         last: dict[str, int] = {}
         for step, group in enumerate(self.groups):
             if isinstance(group, FusedGroup):
-                names = self.kernels[step].args
-            else:
+                names = self.kernels[step].args if step in self.kernels else []  # (finished
+            else:  # by the kernel before: [Note: the last program finishes])
                 names = group.kernel.input_names() + [o.name for o in group.kernel.buffers()]
             for name in names:
                 last[name] = step

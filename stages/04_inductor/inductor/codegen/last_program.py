@@ -1,0 +1,183 @@
+"""One launch for a split reduction: the program that finishes a tile's partials last adds them.
+
+Input: the scheduled groups and their printed Triton kernels (scheduler step -> kernel).
+Output: the same, with each pair (a split reduction's partial kernel, the kernel that
+reduces those partials) printed as one kernel at the first one's step.
+Chapter: book/docs/inductor.md ("The last program finishes").
+
+# --8<-- [start:note]
+# [Note: the last program finishes]
+# A split reduction ([Note: split reductions]) is two launches: many programs reduce chunks
+# into a buffer of partials, then a second kernel reduces the partials of each output
+# (and divides by the count, casts, whatever its epilogue holds). The second kernel does
+# almost nothing on the GPU, but its launch and the partials' allocation cost the host
+# about 14 us on the H200 (a bfloat16 sum of 8 M elements: 31 us of host a call as two
+# kernels, 17 as one), and a training step bound by its host pays that for every loss's
+# mean and every bias gradient. So the pair becomes one kernel. Each program of the first
+# kernel knows which of the second kernel's programs (its *tile*: the outputs whose
+# partials it wrote) will read what it wrote. When its partials are stored it waits for
+# its threads (``tl.debug_barrier``) and adds one to that tile's counter with an atomic
+# that publishes the stores (``sem="acq_rel"``). The program that reads ``need - 1`` from
+# the counter, where ``need`` is how many programs write that tile's partials, is the last
+# one: every partial of the tile is visible to it, so it runs the second kernel's body as
+# that tile's program, then puts the counter back to zero for the next launch. The partials
+# are added in the order the second kernel added them, so the result is the same number
+# whichever program came last. (CUDA's threadFenceReduction sample and ATen's reductions
+# finish the same way.)
+#
+# Which tile a program feeds follows from the partials' layout ([Note: split column sums]):
+# with the chunk index last ([rows, S], a row sum; a full reduction is one row), program
+# ``p`` of ``T1`` partial rows feeds tile ``p // (T2 * S / T1)`` of ``T2`` outputs; with
+# the chunk first ([S, columns], a column sum such as a bias gradient), it feeds tile
+# ``(p % (columns / T1)) // (T2 / T1)``, and each tile has ``S * T2 / T1`` writers. A pair
+# whose block sizes do not divide so stays two kernels. The counters are int32s per CUDA
+# stream, zero when made (``launcher.last_program_counter``): launches on one stream run one
+# after the other and each leaves them at zero, and two streams get two sets.
+# --8<-- [end:note]
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import sympy
+
+from inductor.codegen.triton import KernelSource
+from inductor.scheduler import FusedGroup, reader_counts
+
+COUNTER = "counter"  # the wrapper's local holding this stream's counters (launcher.py)
+
+
+@dataclasses.dataclass
+class Tiles:
+    """How the first kernel's programs feed the second's: ``tile`` (an expression of
+    ``pid``), how many programs feed each tile (``need``), and how many tiles there are."""
+
+    tile: str
+    need: int
+    count: int
+
+
+def finished_by_last_program(groups: list, kernels: dict[int, KernelSource],
+                             outputs: set[str], log: list[str]) -> dict[int, KernelSource]:
+    """``kernels`` with each partial kernel whose partials only the next step's reduction
+    reads replaced by one kernel doing both (``finishes`` names the second group, whose step
+    is left out). ``log`` gets a line per pair."""
+    readers = reader_counts(groups)
+    result = dict(kernels)
+    for step in sorted(kernels):
+        first, second = result.get(step), kernels.get(step + 1)
+        if first is None or second is None or first.finishes is not None:
+            continue
+        found = mergeable(groups[step], groups[step + 1], first, second, readers, outputs)
+        if found is None:
+            continue
+        partials, tiles = found
+        result[step] = combined_kernel(first, second, groups[step + 1], tiles)
+        del result[step + 1]
+        log.append(f"{partials}: finished by the last program of each of {tiles.count} "
+                   f"tile(s) of {first.name} ({second.name} folded in)")
+    return result
+
+
+def mergeable(group: Any, after: Any, first: KernelSource, second: KernelSource,
+              readers: dict[str, int], outputs: set[str]) -> tuple[str, Tiles] | None:
+    """(the partials' names, the tiles) when ``second`` may run inside ``first``'s last
+    programs, else None: two reductions over static sizes, ``first`` writing only split
+    partials that ``second`` alone reads, whose block sizes divide ([Note: the last program
+    finishes]), and ``second`` needing no helper that ``first`` lacks."""
+    if not all(type(g) is FusedGroup and g.is_reduction() for g in (group, after)):  # (no
+        return None  # library call, no matrix multiply template)
+    sizes = [*first.size_args(), *second.size_args()]
+    if first.size_vars or second.size_vars or second.rnumel is None or \
+            not all(isinstance(s, (int, sympy.Integer)) for s in sizes):
+        return None
+    nodes = {n.name: n for n in group.nodes}
+    partials = [a for a in first.args if a in nodes]
+    layouts = {getattr(nodes[p].buffer, "chunk_first", None) for p in partials}
+    if not partials or len(layouts) != 1 or None in layouts:
+        return None  # (not the partials of a split)
+    if any(p not in second.args or p in outputs or readers.get(p) != 1 for p in partials):
+        return None
+    if not set(prefix(second.source)) <= set(prefix(first.source)) | {""}:
+        return None  # a helper only the second kernel has
+    tiles = tiling(layouts.pop(), int(first.numel), first.launch["XBLOCK"], int(second.numel),
+                   second.launch["XBLOCK"], int(second.rnumel))
+    return (", ".join(partials), tiles) if tiles is not None else None
+
+
+# --8<-- [start:tiling]
+def tiling(chunk_first: bool, rows1: int, t1: int, outputs: int, t2: int, splits: int
+           ) -> Tiles | None:
+    """The tiles of [Note: the last program finishes]: the first kernel has ``rows1``
+    partial rows, ``t1`` a program; the second ``outputs`` rows of ``splits`` partials,
+    ``t2`` a program."""
+    if rows1 % t1 or outputs % t2:
+        return None  # programs that straddle tiles
+    if not chunk_first:  # [outputs, S]: a tile's partials are t2 * S neighbours
+        if (t2 * splits) % t1:
+            return None
+        per = t2 * splits // t1
+        return Tiles(f"pid // {per}", per, outputs // t2)
+    if outputs % t1 or t2 % t1:  # [S, outputs]: a program's t1 outputs of one chunk
+        return None
+    return Tiles(f"(pid % {outputs // t1}) // {t2 // t1}", splits * (t2 // t1), outputs // t2)
+# --8<-- [end:tiling]
+
+
+def prefix(source: str) -> list[str]:
+    """The lines of a kernel module before its kernel, comments left out."""
+    lines = source.split("\n")
+    return [line for line in lines[:kernel_start(lines)] if not line.lstrip().startswith("#")]
+
+
+def kernel_start(lines: list[str]) -> int:
+    """Index of the ``@triton.jit`` line of the module's last function (the kernel)."""
+    return max(i for i, line in enumerate(lines) if line == "@triton.jit")
+
+
+def parameters(source: str) -> list[str]:
+    """The kernel's parameters as written (``rnumel: tl.constexpr`` included)."""
+    lines = source.split("\n")
+    definition = lines[kernel_start(lines) + 1]
+    inside = definition[definition.index("(") + 1:definition.rindex(")")]
+    return [p.strip() for p in inside.split(",") if p.strip()]
+
+
+# --8<-- [start:combined]
+def combined_kernel(first: KernelSource, second: KernelSource, after: FusedGroup,
+                    tiles: Tiles) -> KernelSource:
+    """One kernel: ``first``'s body in every program, then ``second``'s for a tile in the
+    program that finishes its partials."""
+    lines = second.source.split("\n")
+    start = kernel_start(lines)
+    body = [lines[start], lines[start + 1].replace("):", ", pid):", 1)]  # its program: pid
+    body += [line.replace("tl.program_id(0)", "pid") for line in lines[start + 2:]]
+    params1, params2 = parameters(first.source), parameters(second.source)
+    buffers1, own = params1[:len(first.args)], [f"last_{p}" for p in params2[:len(second.args)]]
+    passed1 = [p.split(":")[0] for p in params1]
+    fixed2 = [*map(str, map(int, second.size_args())), str(second.launch["XBLOCK"]),
+              str(second.launch["RBLOCK"])]
+    name = f"{first.name}_then_{second.name.removeprefix('triton_')}"
+    text = [
+        first.source.rstrip("\n"), "", "",
+        *body, "", "",
+        "@triton.jit",
+        f"def {name}({', '.join([*buffers1, *own, COUNTER, *params1[len(first.args):]])}):",
+        f"    {first.name}({', '.join(passed1)})",
+        "    tl.debug_barrier()  # this program's partials are stored",
+        "    pid = tl.program_id(0)",
+        f"    tile = {tiles.tile}  # the program of the second kernel that reads them",
+        f"    done = tl.atomic_add({COUNTER} + tile, 1, sem='acq_rel')  # ... and published",
+        f"    if done == {tiles.need - 1}:  # the tile's last writer: all its partials are in",
+        f"        {second.name}({', '.join([*own, *fixed2, 'tile'])})",
+        f"        tl.atomic_xchg({COUNTER} + tile, 0)  # ready for the next launch",
+    ]
+    return dataclasses.replace(first, name=name, source="\n".join(text) + "\n",
+                               args=[*first.args, *second.args, COUNTER], configs=[],
+                               finishes=after, counters=tiles.count)
+# --8<-- [end:combined]
+
+
+__all__ = ["COUNTER", "Tiles", "finished_by_last_program", "tiling"]

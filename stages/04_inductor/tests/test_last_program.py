@@ -1,0 +1,164 @@
+"""[Note: the last program finishes] (codegen/last_program.py) against eager.
+
+Splitting only happens for CUDA tensors; these tests let CPU tensors split too, so the
+Triton interpreter runs the one-launch form (one program at a time, the last one last) and
+the GPU run of the suite (``MINIPT2_TEST_DEVICE=cuda``) runs it with programs in parallel.
+"""
+
+from __future__ import annotations
+
+import inductor
+import pytest
+import torch
+from inductor import launcher
+from inductor import split_reduction as sr
+from inductor.codegen.last_program import tiling
+from inductor_testing import assert_close, device_for, prims_graph, results, to_target
+
+
+@pytest.fixture(autouse=True)
+def split_on_cpu(monkeypatch):
+    monkeypatch.setattr(sr, "SPLIT_DEVICES", {"cuda", "cpu"})
+
+
+def compile_and_run(fn, inputs, target="triton"):
+    inputs = to_target(inputs, target)
+    compiled = inductor.compile_fx_inner(prims_graph(fn, inputs), inputs, target=target)
+    return compiled, inputs
+
+
+@pytest.mark.parametrize("kind", ["sum", "amax", "amin", "mean"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_full_reduction_is_one_launch(kind, dtype):
+    x = torch.randn(3, 1 << 14).to(dtype)
+
+    def fn(p, a):
+        wide = p.convert_element_type(a, torch.float32)
+        if kind == "mean":
+            total = p.sum(wide, [0, 1])
+            return (p.div(total, p.scalar(float(x.numel()), total)),)
+        return (getattr(p, kind)(wide, [0, 1]),)
+
+    compiled, inputs = compile_and_run(fn, [x])
+    assert compiled.kernel_count == 1
+    assert "_then_" in compiled.artifacts["wrapper"]
+    want = {"sum": x.float().sum(), "amax": x.float().amax(), "amin": x.float().amin(),
+            "mean": x.float().mean()}[kind]
+    for _ in range(3):  # the counter is back at zero after every launch
+        (out,) = compiled(*inputs)
+        assert_close(out, want, rtol=1e-5, atol=1e-5)
+    assert not launcher.last_program_counter(device_for("triton")).any()
+
+
+def test_the_result_does_not_depend_on_which_program_came_last():
+    """The last program adds the partials in their order, as the second kernel did."""
+    x = torch.randn(1 << 16)
+    compiled, inputs = compile_and_run(lambda p, a: (p.sum(a, [0]),), [x])
+    first = compiled(*inputs)[0].item()
+    assert all(compiled(*inputs)[0].item() == first for _ in range(5))
+    assert_close(torch.tensor(first), x.sum(), rtol=1e-5, atol=1e-4)
+
+
+def test_two_losses_share_the_kernel_and_its_last_program():
+    """A mean and an MSE over the same rows fuse horizontally: one kernel, two partials."""
+    x, y = torch.randn(512, 256), torch.randn(512, 256)
+
+    def fn(p, a, b):
+        d = p.sub(a, b)
+        total, squares = p.sum(a, [0, 1]), p.sum(p.mul(d, d), [0, 1])
+        count = p.scalar(float(x.numel()), total)
+        return (p.div(total, count), p.div(squares, count))
+
+    compiled, inputs = compile_and_run(fn, [x, y])
+    assert compiled.kernel_count == 1
+    mean, mse = compiled(*inputs)
+    assert_close(mean, x.mean(), rtol=1e-5, atol=1e-6)
+    assert_close(mse, torch.nn.functional.mse_loss(x, y), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_column_sum_is_one_launch_with_a_counter_per_tile(dtype):
+    """A bias gradient: partials laid out [S, columns], a tile's last writer finishes it."""
+    x = torch.randn(4096, 96).to(dtype)
+
+    def fn(p, a):
+        return (p.sum(p.convert_element_type(a, torch.float32), [0]),)
+
+    compiled, inputs = compile_and_run(fn, [x])
+    assert compiled.kernel_count == 1
+    for _ in range(3):
+        assert_close(compiled(*inputs)[0], x.float().sum(0), rtol=1e-4, atol=1e-3)
+    counters = launcher.last_program_counter(device_for("triton"))
+    assert counters.numel() > 1 and not counters.any()  # one per tile, all back at zero
+
+
+def test_rows_that_split_are_one_launch():
+    """A few long rows (fewer than [Note: rows that need no split] leaves whole): the
+    partials are [rows, S], and each row's programs feed one tile."""
+    x = torch.randn(8, 1 << 15)
+    compiled, inputs = compile_and_run(lambda p, a: (p.amax(a, [1]),), [x])
+    assert compiled.kernel_count == 1
+    assert_close(compiled(*inputs)[0], x.amax(1))
+
+
+def test_mean_and_m2_of_everything():
+    """Welford's split ([Note: welford]): the chunks' means and m2, then their combination,
+    which reads the combined mean too."""
+    x = torch.randn(1 << 16).double() * 3 + 1
+    compiled, inputs = compile_and_run(lambda p, a: tuple(results(p, p.mean_m2(a, [0]), 2)),
+                                       [x.float()])
+    mean, m2 = compiled(*inputs)
+    assert_close(mean.double(), x.mean(), rtol=1e-4, atol=1e-5)
+    assert_close(m2.double(), x.var(correction=0) * x.numel(), rtol=1e-4, atol=1e-2)
+
+
+def test_tiling():
+    """Which tile a program feeds ([Note: the last program finishes])."""
+    full = tiling(False, rows1=1024, t1=8, outputs=1, t2=1, splits=1024)
+    assert (full.tile, full.need, full.count) == ("pid // 128", 128, 1)  # one tile
+    rows = tiling(False, rows1=16 * 64, t1=4, outputs=16, t2=2, splits=64)
+    assert (rows.tile, rows.need, rows.count) == ("pid // 32", 32, 8)
+    columns = tiling(True, rows1=8 * 2048, t1=32, outputs=2048, t2=64, splits=8)
+    assert (columns.tile, columns.need, columns.count) == ("(pid % 64) // 2", 16, 32)
+    assert tiling(True, rows1=8 * 2048, t1=64, outputs=2048, t2=32, splits=8) is None
+    assert tiling(False, rows1=1000, t1=16, outputs=1, t2=1, splits=1000) is None
+
+
+def test_switched_off_it_is_two_launches(monkeypatch):
+    monkeypatch.setenv("MINIPT2_LAST_PROGRAM", "0")
+    x = torch.randn(1 << 16)
+    compiled, inputs = compile_and_run(lambda p, a: (p.sum(a, [0]),), [x])
+    assert compiled.kernel_count == 2
+    assert_close(compiled(*inputs)[0], x.sum(), rtol=1e-5, atol=1e-4)
+
+
+def test_the_cpp_printer_keeps_two_kernels():
+    x = torch.randn(1 << 16)
+    compiled, inputs = compile_and_run(lambda p, a: (p.sum(a, [0]),), [x], target="cpp")
+    assert compiled.kernel_count == 2
+    assert_close(compiled(*inputs)[0], x.sum(), rtol=1e-5, atol=1e-4)
+
+
+def test_a_training_step_with_a_mean_loss_matches_eager():
+    """Through every stage: the loss's and the bias gradient's two launches become one
+    each; gradients as eager's."""
+    import driver
+
+    torch.manual_seed(0)
+    device = device_for("triton")
+    model = torch.nn.Linear(256, 256).to(device)
+    x, y = torch.randn(512, 256, device=device), torch.randn(512, 256, device=device)
+    eager = torch.nn.Linear(256, 256).to(device)
+    eager.load_state_dict(model.state_dict())
+    compiled = driver.compile(lambda a, b: torch.nn.functional.mse_loss(model(a), b),
+                              options={"target": "triton"}, fullgraph=True)
+    loss = compiled(x, y)
+    loss.backward()
+    want = torch.nn.functional.mse_loss(eager(x), y)
+    want.backward()
+    assert_close(loss, want.cpu(), rtol=1e-5, atol=1e-6)
+    assert_close(model.weight.grad, eager.weight.grad.cpu(), rtol=1e-4, atol=1e-5)
+    assert_close(model.bias.grad, eager.bias.grad.cpu(), rtol=1e-4, atol=1e-5)
+    (record,) = compiled.graphs
+    assert "_then_" in record.artifacts["wrapper"]  # the loss
+    assert "_then_" in record.artifacts["backward/wrapper"]  # the bias gradient
