@@ -112,8 +112,9 @@ def last_program_example(write) -> None:
     """A mean of 512 x 256 values and a bias gradient's column sum, split as on a GPU
     (this machine may have none, so CPU tensors are let split too): each pair of kernels is
     one, whose last programs finish ([Note: the last program finishes])."""
-    import driver
     from inductor import split_reduction
+
+    import driver
 
     x = torch.randn(512, 256)
     fn = lambda a: (a.mean(), a.sum(0))  # noqa: E731
