@@ -333,6 +333,8 @@ def last_program_counter(device: torch.device, slots: int = 1) -> torch.Tensor:
     last program finishes] in codegen/last_program.py)."""
     key: tuple = (device.type, device.index)
     if device.type == "cuda":  # (``torch.cuda.current_stream`` costs microseconds)
+        if torch._C._cuda_isCurrentStreamCapturing():  # a CUDA graph records this call: its
+            return torch.zeros(slots, dtype=torch.int32, device=device)  # own, zeroed by replays
         index = device.index if device.index is not None else torch.cuda.current_device()
         key = ("cuda", index, torch._C._cuda_getCurrentRawStream(index))
     counter = _COUNTERS.get(key)

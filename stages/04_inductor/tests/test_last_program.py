@@ -124,6 +124,31 @@ def test_tiling():
     assert tiling(False, rows1=1000, t1=16, outputs=1, t2=1, splits=1000) is None
 
 
+def test_pairs_that_print_alike_but_differ_in_size_are_two_kernels():
+    """Two sums whose kernels print alike ([Note: one kernel for equal loops]) have
+    different sizes, which the combined kernels write as numbers: two names, two sources.
+    (Under one name, the second would run the first's code: a wrong answer.)"""
+    x, y = torch.randn(1 << 16), torch.randn(1 << 17)
+    compiled, inputs = compile_and_run(lambda p, a, b: (p.sum(a, [0]), p.sum(b, [0])), [x, y])
+    names = [k for k in compiled.artifacts if k.startswith("kernels/")]
+    assert len(names) == 2 and all("_then_" in n for n in names)
+    got = compiled(*inputs)
+    assert_close(got[0], x.sum(), rtol=1e-5, atol=1e-4)
+    assert_close(got[1], y.sum(), rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
+def test_under_cuda_graphs_a_recording_has_its_own_counters():
+    import driver
+
+    compiled = driver.compile(lambda a: (a * 2).mean(), mode="reduce-overhead")
+    for seed in range(4):  # warm-up, recording, then replays on new values
+        torch.manual_seed(seed)
+        x = torch.randn(1 << 20, device="cuda")
+        assert_close(compiled(x), ((x * 2).mean()).cpu(), rtol=1e-5, atol=1e-6)
+    assert "_then_" in compiled.graphs[0].artifacts["wrapper"]
+
+
 def test_switched_off_it_is_two_launches(monkeypatch):
     monkeypatch.setenv("MINIPT2_LAST_PROGRAM", "0")
     x = torch.randn(1 << 16)

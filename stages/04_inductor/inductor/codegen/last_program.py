@@ -39,6 +39,7 @@ Chapter: book/docs/inductor.md ("The last program finishes").
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from typing import Any
 
 import sympy
@@ -66,6 +67,7 @@ def finished_by_last_program(groups: list, kernels: dict[int, KernelSource],
     is left out). ``log`` gets a line per pair."""
     readers = reader_counts(groups)
     result = dict(kernels)
+    sources: dict[str, str] = {}  # combined kernel name -> its source
     for step in sorted(kernels):
         first, second = result.get(step), kernels.get(step + 1)
         if first is None or second is None or first.finishes is not None:
@@ -74,7 +76,15 @@ def finished_by_last_program(groups: list, kernels: dict[int, KernelSource],
         if found is None:
             continue
         partials, tiles = found
-        result[step] = combined_kernel(first, second, groups[step + 1], tiles)
+        kernel = combined_kernel(first, second, groups[step + 1], tiles)
+        # two pairs whose kernels print alike ([Note: one kernel for equal loops]) may still
+        # differ in sizes, which the combined kernel writes as numbers: then it is another
+        for n in itertools.count(1):
+            name = kernel.name + (f"_{n}" if n > 1 else "")
+            if sources.setdefault(name, kernel.source.replace(kernel.name, name)) == \
+                    kernel.source.replace(kernel.name, name):
+                break
+        result[step] = dataclasses.replace(kernel, name=name, source=sources[name])
         del result[step + 1]
         log.append(f"{partials}: finished by the last program of each of {tiles.count} "
                    f"tile(s) of {first.name} ({second.name} folded in)")
