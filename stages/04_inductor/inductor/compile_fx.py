@@ -258,7 +258,7 @@ def compile_fx_inner(prims_gm: torch.fx.GraphModule, example_inputs: list[Any], 
     result = CompiledGraph(call, artifacts, len(kernels))
     result.autotuners = autotuners
     result.prims_graph_module = prims_gm
-    result.kernel_groups = kernel_groups(graph, scheduler)
+    result.kernel_groups = kernel_groups(graph, scheduler, kernels)
     result.output_strides = output_strides(graph.graph_outputs)
     return result
 
@@ -537,16 +537,18 @@ def load_kernels(kernels: list[Any], target: str) -> dict[str, Any]:
 # --8<-- [end:load-kernels]
 
 
-def kernel_groups(graph: GraphLowering, scheduler: Scheduler) -> dict[str, int]:
+def kernel_groups(graph: GraphLowering, scheduler: Scheduler, kernels: dict) -> dict[str, int]:
     """Which kernel computes each node of the prims graph.
 
-    A node realized into a buffer belongs to that buffer's kernel; a node that was inlined
+    A node realized into a buffer belongs to that buffer's kernel (a group finished by the
+    kernel before, [Note: the last program finishes], to that one); a node that was inlined
     (never stored) belongs to the kernel of its first user that has one.
     """
     kernel_of_buffer = {}
-    fused = [g for g in scheduler.groups if isinstance(g, FusedGroup)]
-    for number, group in enumerate(fused):
-        kernel_of_buffer.update({node.name: number for node in group.nodes})
+    for number, step in enumerate(sorted(kernels)):
+        finished = kernels[step].finishes
+        nodes = [*scheduler.groups[step].nodes, *(finished.nodes if finished else [])]
+        kernel_of_buffer.update({node.name: number for node in nodes})
     groups: dict[str, int] = {}
     for node in reversed(list(graph.module.graph.nodes)):
         value = graph.env.get(node)

@@ -71,6 +71,7 @@ def test_two_losses_share_the_kernel_and_its_last_program():
 
     compiled, inputs = compile_and_run(fn, [x, y])
     assert compiled.kernel_count == 1
+    assert set(compiled.kernel_groups.values()) == {0}  # the report colours one kernel
     mean, mse = compiled(*inputs)
     assert_close(mean, x.mean(), rtol=1e-5, atol=1e-6)
     assert_close(mse, torch.nn.functional.mse_loss(x, y), rtol=1e-5, atol=1e-6)
