@@ -150,6 +150,30 @@ def test_under_cuda_graphs_a_recording_has_its_own_counters():
     assert "_then_" in compiled.graphs[0].artifacts["wrapper"]
 
 
+def test_results_written_into_inputs_in_place():
+    """A column sum added into an input and a mean copied into another (the inputs' new
+    values, [Note: writing an input in place]), beside an amax: the second stages write
+    the inputs themselves, from inside the first kernels."""
+    import driver
+
+    device = device_for("triton")
+
+    def f(x, y, acc):
+        acc.add_(x.sum(0))
+        y.copy_(x.mean())
+        return (x * 2).amax()
+
+    x = torch.randn(1024, 64, device=device)
+    y, acc = torch.zeros((), device=device), torch.ones(64, device=device)
+    y_eager, acc_eager = y.clone(), acc.clone()
+    compiled = driver.compile(f, options={"target": "triton"}, fullgraph=True)
+    for _ in range(2):
+        assert_close(compiled(x, y, acc), f(x, y_eager, acc_eager).cpu())
+        assert_close(y, y_eager.cpu(), rtol=1e-5, atol=1e-6)
+        assert_close(acc, acc_eager.cpu(), rtol=1e-5, atol=1e-4)
+    assert compiled.graphs[0].artifacts["wrapper"].count("_then_") >= 2
+
+
 def test_switched_off_it_is_two_launches(monkeypatch):
     monkeypatch.setenv("MINIPT2_LAST_PROGRAM", "0")
     x = torch.randn(1 << 16)
