@@ -450,7 +450,7 @@ def arg_dtypes(kernel: KernelSource, graph: GraphLowering) -> tuple | None:
     """The dtype of each buffer ``kernel`` takes (the counter of [Note: the last program
     finishes] is an int32), or None where one is not a buffer of ``graph``."""
     buffers = [graph.buffer_by_name.get(name) for name in kernel.args]
-    dtypes = [torch.int32 if name == COUNTER else b and b.get_dtype()
+    dtypes = [torch.int32 if name == COUNTER else None if b is None else b.get_dtype()
               for name, b in zip(kernel.args, buffers)]
     return None if None in dtypes else tuple(dtypes)
 
