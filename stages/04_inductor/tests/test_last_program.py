@@ -7,6 +7,8 @@ the GPU run of the suite (``MINIPT2_TEST_DEVICE=cuda``) runs it with programs in
 
 from __future__ import annotations
 
+import re
+
 import inductor
 import pytest
 import torch
@@ -172,6 +174,39 @@ def test_results_written_into_inputs_in_place():
         assert_close(y, y_eager.cpu(), rtol=1e-5, atol=1e-6)
         assert_close(acc, acc_eager.cpu(), rtol=1e-5, atol=1e-4)
     assert compiled.graphs[0].artifacts["wrapper"].count("_then_") >= 2
+
+
+def test_a_transformer_layer_with_every_reduction_split_trains_like_eager(monkeypatch):
+    """Thresholds lowered so that layer norms, bias gradients and the loss all split: the
+    pairs of a real training graph, each one launch, against eager's loss and gradients."""
+    import driver
+
+    monkeypatch.setattr(sr, "MIN_CHUNK", 8)
+    monkeypatch.setattr(sr, "OUTER_MIN_CHUNK", 4)
+    monkeypatch.setattr(sr, "ENOUGH_ROWS", 1 << 30)
+    device = device_for("triton")
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True)
+    model = torch.nn.Sequential(layer, torch.nn.Linear(32, 16)).to(device)
+    twin = torch.nn.Sequential(
+        torch.nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True),
+        torch.nn.Linear(32, 16)).to(device)
+    twin.load_state_dict(model.state_dict())
+    x, y = torch.randn(4, 16, 32, device=device), torch.randint(16, (4 * 16,), device=device)
+    loss_of = lambda m, a: torch.nn.functional.cross_entropy(m(a).flatten(0, 1), y)  # noqa: E731
+    compiled = driver.compile(lambda a: loss_of(model, a), options={"target": "triton"},
+                              fullgraph=True)
+    loss = compiled(x)
+    loss.backward()
+    want = loss_of(twin, x)
+    want.backward()
+    assert_close(loss, want.cpu(), rtol=1e-5, atol=1e-6)
+    for got, ref in zip(model.parameters(), twin.parameters()):
+        assert_close(got.grad, ref.grad.cpu(), rtol=1e-4, atol=1e-5)
+    (record,) = compiled.graphs
+    wrappers = record.artifacts["wrapper"] + record.artifacts["backward/wrapper"]
+    merged = set(re.findall(r"(triton_\w+_then_\w+?)_launch\b", wrappers))
+    assert len(merged) >= 8, merged  # 11 now: Welford, softmax, the loss, column sums
 
 
 def test_switched_off_it_is_two_launches(monkeypatch):
