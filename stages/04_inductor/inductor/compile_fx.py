@@ -284,11 +284,10 @@ def lower_and_print(prims_gm: torch.fx.GraphModule, example_inputs: list[Any], t
                                       graph.buffer_by_name, scheduler.removed)  # [Note: linear]
     clock.lap("choosing template or library for each matrix multiply" if templates
               else "scheduling (fusion)")
-    artifacts["fusion"] = "\n".join(_describe_groups(scheduler) + [""] + scheduler.log)
     kernels = generate_kernels(scheduler, graph, target)
     if target == "triton" and os.environ.get("MINIPT2_LAST_PROGRAM", "1") != "0":
         kernels = finished_by_last_program(scheduler.groups, kernels, outputs, scheduler.log)
-        artifacts["fusion"] = "\n".join(_describe_groups(scheduler) + [""] + scheduler.log)
+    artifacts["fusion"] = "\n".join(_describe_groups(scheduler) + [""] + scheduler.log)
     clock.lap(f"printing {len(kernels)} kernels")
     suffix = "py" if target == "triton" else "cpp"
     artifacts.update({f"kernels/{k.name}.{suffix}": k.source for k in kernels.values()})

@@ -288,6 +288,9 @@ class ComputedBuffer(Buffer):
     into (part of) a kernel."""
 
     data: Pointwise | Reduction = None  # type: ignore[assignment]
+    # the partials of a split reduction: whether the chunk index is their first dim (else
+    # their last); None for any other buffer ([Note: the last program finishes])
+    chunk_first: bool | None = dataclasses.field(default=None, kw_only=True, repr=False)
 
     def is_reduction(self) -> bool:
         return isinstance(self.data, Reduction)

@@ -105,7 +105,7 @@ def mergeable(group: Any, after: Any, first: KernelSource, second: KernelSource,
         return None
     nodes = {n.name: n for n in group.nodes}
     partials = [a for a in first.args if a in nodes]
-    layouts = {getattr(nodes[p].buffer, "chunk_first", None) for p in partials}
+    layouts = {nodes[p].buffer.chunk_first for p in partials}
     if not partials or len(layouts) != 1 or None in layouts:
         return None  # (not the partials of a split)
     if any(p not in second.args or p in outputs or readers.get(p) != 1 for p in partials):
