@@ -106,6 +106,7 @@ def scheduling_examples(write) -> None:
     write("inductor/autotune_wrapper.py", call_only(record.artifacts["wrapper"]))
     template_example(write)
     last_program_example(write)
+    column_producer_example(write)
 
 
 def last_program_example(write) -> None:
@@ -135,6 +136,36 @@ def last_program_example(write) -> None:
     write("inductor/last_program_wrapper.py", call_only(record.artifacts["wrapper"]))
     verdicts = [line for line in record.artifacts["fusion"].splitlines() if "finished by" in line]
     write("inductor/last_program_fusion.txt", "\n".join(verdicts) + "\n")
+
+
+def column_producer_example(write) -> None:
+    """A bias gradient's column sum with the pointwise loop that makes the gradient, split
+    as on a GPU: one kernel, placed "rx" ([Note: a column sum's producer]), whose last
+    programs finish the sum."""
+    from inductor import split_reduction
+
+    import driver
+
+    def step(g, a):
+        t = torch.tanh(a)
+        grad = g * (1 - t * t)  # tanh's backward: the gradient the multiplies read too
+        return grad, grad.sum(0)  # ... and the bias gradient
+
+    g, a = torch.randn(4096, 96), torch.randn(4096, 96)
+    devices = split_reduction.SPLIT_DEVICES
+    split_reduction.SPLIT_DEVICES = devices | {"cpu"}
+    try:
+        driver.reset()
+        compiled = driver.compile(step, options={"target": "triton"})
+        for got, want in zip(compiled(g, a), step(g, a)):
+            torch.testing.assert_close(got, want, atol=1e-3, rtol=1e-4)
+    finally:
+        split_reduction.SPLIT_DEVICES = devices
+    (record,) = compiled.graphs
+    (kernel,) = [v for k, v in record.artifacts.items() if k.startswith("kernels/")]
+    write("inductor/column_producer_fusion.txt", record.artifacts["fusion"])
+    body = kernel.split("@triton.jit")[-3]  # the first kernel's: producer and partial sums
+    write("inductor/column_producer_triton.py", "@triton.jit" + body.rstrip() + "\n")
 
 
 def template_example(write) -> None:

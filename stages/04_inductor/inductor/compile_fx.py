@@ -35,7 +35,7 @@ from inductor import sizevars
 from inductor.autotune import Autotuner, can_time, default_reduction_configs
 from inductor.codecache import CppCodeCache, TritonCodeCache, exec_python_source
 from inductor.codegen.cpp import generate_cpp_kernel
-from inductor.codegen.last_program import COUNTER, finished_by_last_program
+from inductor.codegen.last_program import COUNTER, PARTIALS, finished_by_last_program
 from inductor.codegen.triton import KernelSource, generate_triton_kernel, interpreting
 from inductor.codegen.triton_template import generate_mm_template
 from inductor.codegen.wrapper import WrapperCodeGen, fallback_wrapper_source
@@ -446,10 +446,10 @@ def precompile_jobs(kernels: Any, namespace: dict[str, Any], graph: GraphLowerin
 
 
 def arg_dtypes(kernel: KernelSource, graph: GraphLowering) -> tuple | None:
-    """The dtype of each buffer ``kernel`` takes (the counter of [Note: the last program
-    finishes] is an int32), or None where one is not a buffer of ``graph``."""
+    """The dtype of each buffer ``kernel`` takes (the counters and partials of [Note: the
+    last program finishes] are int32s), or None where one is not a buffer of ``graph``."""
     buffers = [graph.buffer_by_name.get(name) for name in kernel.args]
-    dtypes = [torch.int32 if name == COUNTER else None if b is None else b.get_dtype()
+    dtypes = [torch.int32 if name in (COUNTER, PARTIALS) else None if b is None else b.get_dtype()
               for name, b in zip(kernel.args, buffers)]
     return None if None in dtypes else tuple(dtypes)
 

@@ -324,23 +324,37 @@ class LaunchSite:
     # --8<-- [end:site-function]
 
 
-_COUNTERS: dict[tuple, torch.Tensor] = {}  # (device type, index, stream) -> its counter
+_SCRATCH: dict[tuple, tuple] = {}  # (device index, stream) or (type, index) -> the pair
+# bound once: an attribute lookup on ``torch._C`` is a dict lookup each call (CPU builds of
+# torch lack the CUDA ones, and never call them)
+_capturing = getattr(torch._C, "_cuda_isCurrentStreamCapturing", None)
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+_cuda_device = getattr(torch._C, "_cuda_getDevice", None)
 
 
-def last_program_counter(device: torch.device, slots: int = 1) -> torch.Tensor:
-    """At least ``slots`` zero int32s on ``device`` for the current stream's kernels whose
-    last programs finish their work; each such launch leaves them at zero again ([Note: the
-    last program finishes] in codegen/last_program.py)."""
-    key: tuple = (device.type, device.index)
-    if device.type == "cuda":  # (``torch.cuda.current_stream`` costs microseconds)
-        if torch._C._cuda_isCurrentStreamCapturing():  # a CUDA graph records this call: its
-            return torch.zeros(slots, dtype=torch.int32, device=device)  # own, zeroed by replays
-        index = device.index if device.index is not None else torch.cuda.current_device()
-        key = ("cuda", index, torch._C._cuda_getCurrentRawStream(index))
-    counter = _COUNTERS.get(key)
-    if counter is None or counter.numel() < slots:
-        counter = _COUNTERS[key] = torch.zeros(slots, dtype=torch.int32, device=device)
-    return counter
+def last_program_scratch(device: torch.device, counters: int = 1, partials: int = 0
+                         ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(at least ``counters`` int32s, at least ``partials`` int32 slots) on ``device`` for
+    the current stream's kernels whose last programs finish their work: the tile counters,
+    zero when made and left at zero by each such launch, and room for the partials ([Note:
+    the last program finishes] in codegen/last_program.py). The wrapper asks once per call
+    of a graph that has such a kernel, so this is a few C calls and a dict lookup
+    (``torch.cuda.current_stream`` costs microseconds)."""
+    if device.type == "cuda":
+        if _capturing():  # a CUDA graph records this call: its own, zeroed by each replay
+            return (torch.zeros(counters, dtype=torch.int32, device=device),
+                    torch.empty(partials, dtype=torch.int32, device=device))
+        index = device.index if device.index is not None else _cuda_device()
+        key: tuple = (index, _raw_stream(index))
+    else:
+        key = (device.type, device.index)
+    pair = _SCRATCH.get(key)
+    if pair is None or len(pair[0]) < counters or len(pair[1]) < partials:
+        had = pair or ((), ())
+        pair = _SCRATCH[key] = (
+            torch.zeros(max(counters, len(had[0])), dtype=torch.int32, device=device),
+            torch.empty(max(partials, len(had[1])), dtype=torch.int32, device=device))
+    return pair
 
 
 def bind_launch(kernel: Any, grid: tuple[int, int, int], sizes: tuple,

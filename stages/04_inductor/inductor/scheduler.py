@@ -255,7 +255,9 @@ def _is_number(n: object) -> bool:
 class Placement:
     """Where a node sits in a kernel's space (see [Note: reduction fusion])."""
 
-    kind: str  # "reduction" | "x" (one value per output row) | "xr" (one per reduced element)
+    # "reduction" | "x" (one value per output row) | "xr" (one per reduced element) | "rx"
+    # (one per reduced element, the reduced dims outermost: [Note: a column sum's producer])
+    kind: str
     index: list[sympy.Expr]
     rindex: list[sympy.Expr]
 
@@ -317,11 +319,19 @@ class SchedulerNode:
         index = map_dims(self.ranges, xs, xsyms)
         if index is not None:
             return Placement("x", index, [])
+        if not _non_one(rs):
+            return None
         for split in range(len(self.ranges) + 1):  # outer dims over x, inner over r
             outer = map_dims(self.ranges[:split], xs, xsyms)
             inner = map_dims(self.ranges[split:], rs, rsyms)
-            if outer is not None and inner is not None and _non_one(rs):
+            if outer is not None and inner is not None:
                 return Placement("xr", outer + inner, [])
+        # [Note: a column sum's producer]: the reduced dims outermost, split or not
+        for sizes, syms in (([*xs[:1], *rs, *xs[1:]], [*xsyms[:1], *rsyms, *xsyms[1:]]),
+                            ([*rs, *xs], [*rsyms, *xsyms])):
+            index = map_dims(self.ranges, sizes, syms)
+            if index is not None:
+                return Placement("rx", index, [])
         return None
 
     def run(self, placement: Placement) -> None:
@@ -442,11 +452,43 @@ def score_fusion(group: FusedGroup, node: SchedulerNode) -> int:
     a launch saved at the price of uncoalesced loads ([Note: one tile, one direction])."""
     if len(group.nodes) >= MAX_FUSED_NODES:
         return 0
+    if starves(group, node):
+        return 0
     shared = {name for name, _ in node.reads} & (set(group.written()) | group.read_names())
     if not shared and crosses_grain(group, node):
         return 0
     return 10 * len(shared) + 1
 # --8<-- [end:can-fuse]
+
+
+# --8<-- [start:column-producer]
+# [Note: a column sum's producer]
+# A bias gradient is a column sum: ``sum(g, 0)`` over the rows of a [B, C] gradient ``g``
+# that a pointwise kernel has just computed (the GELU's or tanh's backward times the
+# incoming gradient), and that the two matrix multiplies of the weight and input gradients
+# read as well. The pointwise loop walks [B, C] with C innermost; the column sum's space is
+# x = [C], r = [B]: the reduced dim outermost, so the pointwise loop fitted neither "x" nor
+# "xr", and the sum was a kernel of its own that read all of ``g`` back. The placement "rx"
+# maps the loop with the reduced dims first: [B, C] over (r, x), ``g[b, c]`` at ``b = r``,
+# ``c = x``; or, for the partials of a split column sum ([Note: split column sums]), whose
+# space is x = [S, C], r = [B / S], over (x0, r, x1): ``b = x0 * B / S + r``. Then the sum
+# reads the element its own iteration wrote, and the producer and the partial sums are one
+# kernel that stores ``g`` and sums it in registers: one launch and one pass over ``g``
+# fewer per bias gradient, and with [Note: the last program finishes] the whole gradient
+# is one launch. The kernel is a column sum's: tiles of 32 columns, the loads and stores of
+# the pointwise loop coalesced along them as the sum's are. Only a split's partials take
+# the producer: an unsplit column sum runs one program per 32 columns down every row, too
+# few programs for a pointwise loop over all of [B, C] (``starves``).
+def starves(group: FusedGroup, node: SchedulerNode) -> bool:
+    """Would the kernel run a pointwise loop placed "rx" in a column sum that was not split
+    ([Note: a column sum's producer])?"""
+    members = [*group.nodes, node]
+    space = space_with(group.nodes, node)
+    reductions = [n for n in members if n.is_reduction()]
+    if not reductions or getattr(reductions[0].buffer, "chunk_first", None):
+        return False
+    return any(p is not None and p.kind == "rx" for p in (n.place(space) for n in members))
+# --8<-- [end:column-producer]
 
 
 # [Note: one tile, one direction]
@@ -571,6 +613,8 @@ class Scheduler:
             elif last or not legal:
                 why = reason if not legal else (
                     "score 0 (group full)" if len(group.nodes) >= MAX_FUSED_NODES else
+                    "score 0 (an unsplit column sum: too few programs for a pointwise loop)"
+                    if starves(group, node) else
                     "score 0 (no buffer shared, loads along another axis)")
                 self.log.append(f"{node.name} not fused with {_members(group)}"
                                 f"{'' if last else ' (earlier)'}: {why}")

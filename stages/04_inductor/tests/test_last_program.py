@@ -23,6 +23,13 @@ def split_on_cpu(monkeypatch):
     monkeypatch.setattr(sr, "SPLIT_DEVICES", {"cuda", "cpu"})
 
 
+def counters(compiled):
+    """The stream's tile counters, as many as the kernels' comments say they use."""
+    kernels = [t for k, t in compiled.artifacts.items() if k.startswith("kernels/")]
+    count = max(int(n) for t in kernels for n in re.findall(r"counter: (\d+) tile", t))
+    return launcher.last_program_scratch(device_for("triton"))[0][:count]
+
+
 def compile_and_run(fn, inputs, target="triton"):
     inputs = to_target(inputs, target)
     compiled = inductor.compile_fx_inner(prims_graph(fn, inputs), inputs, target=target)
@@ -49,7 +56,9 @@ def test_a_full_reduction_is_one_launch(kind, dtype):
     for _ in range(3):  # the counter is back at zero after every launch
         (out,) = compiled(*inputs)
         assert_close(out, want, rtol=1e-5, atol=1e-5)
-    assert not launcher.last_program_counter(device_for("triton")).any()
+    call = compiled.artifacts["wrapper"].split("def call")[1]
+    assert call.count("empty_strided(") == 1  # the result; the partials are in the scratch
+    assert not counters(compiled).any()
 
 
 def test_every_call_gives_the_same_number():
@@ -93,8 +102,22 @@ def test_a_column_sum_is_one_launch_with_a_counter_per_tile(dtype):
     assert compiled.kernel_count == 1
     for _ in range(3):
         assert_close(compiled(*inputs)[0], x.float().sum(0), rtol=1e-4, atol=1e-3)
-    counters = launcher.last_program_counter(device_for("triton"))
-    assert counters.numel() > 1 and not counters.any()  # one per tile, all back at zero
+    tiles = counters(compiled)
+    assert tiles.numel() > 1 and not tiles.any()  # one per tile, all back at zero
+
+
+def test_kernels_with_more_tiles_find_their_counters_at_zero():
+    """Partials must never land where a counter lives: a column sum of 64 columns (2 tiles)
+    then one of 2048 (64 tiles), and again. With the partials in the counters' buffer after
+    the first kernel's two counters, the second kernel's counters 32 and on held the first's
+    partials and its sums came out wrong (on the H200: off by 93 %)."""
+    small, large = torch.randn(4096, 64), torch.randn(4096, 2048)
+    first, (a,) = compile_and_run(lambda p, x: (p.sum(x, [0]),), [small])
+    second, (b,) = compile_and_run(lambda p, x: (p.sum(x, [0]),), [large])
+    assert first.kernel_count == second.kernel_count == 1
+    for _ in range(2):
+        assert_close(first(a)[0], small.sum(0), rtol=1e-4, atol=1e-3)
+        assert_close(second(b)[0], large.sum(0), rtol=1e-4, atol=1e-3)
 
 
 def test_rows_that_split_are_one_launch():

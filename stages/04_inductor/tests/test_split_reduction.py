@@ -210,3 +210,52 @@ def test_loads_that_stay_put_along_a_column_do_not_make_a_row_sum(monkeypatch):
     _, xblock, _, _ = launch_config(96, 1024, 4, outer=True)
     assert f"XBLOCK={xblock}" in compiled.artifacts["wrapper"]
     assert_close(out, (g * (x - m[:, None]) * r[:, None]).sum(0), rtol=1e-4, atol=1e-3)
+
+
+def bias_gradient_step(dtype):
+    """A tanh's backward times the incoming gradient, and its column sum: the gradient a
+    Linear's weight and input multiplies read, and the bias gradient. Computed in float32
+    and stored in ``dtype``, as PrimTorch's decompositions of bfloat16 ops do."""
+    def fn(p, g, a):
+        g, a = p.convert_element_type(g, torch.float32), p.convert_element_type(a, torch.float32)
+        t = p.tanh(a)
+        grad = p.convert_element_type(p.mul(g, p.sub(p.scalar(1.0, t), p.mul(t, t))), dtype)
+        return (grad, p.sum(p.convert_element_type(grad, torch.float32), [0]))
+    return fn
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_column_sum_takes_its_pointwise_producer(target, dtype, monkeypatch):
+    """[Note: a column sum's producer]: the gradient [4096, 96] and its split column sum are
+    one kernel (one launch on Triton, [Note: the last program finishes]), placed "rx": the
+    sum reads the element its own iteration stored, rounded as stored. The gradient is the
+    one the two kernels of the unsplit graph store, bit for bit, and both are eager's."""
+    torch.manual_seed(0)
+    g, a = torch.randn(4096, 96).to(dtype), torch.randn(4096, 96).to(dtype)
+    compiled, (grad, bias) = compile_and_run(bias_gradient_step(dtype), [g, a], target)
+    fusion = compiled.artifacts["fusion"]
+    assert "vertical" in fusion.split("\n\n")[1].splitlines()[0], fusion  # the partial sum
+    assert compiled.kernel_count == (1 if target == "triton" else 2), fusion
+    monkeypatch.setattr(sr, "SPLIT_DEVICES", set())
+    unsplit, (grad2, bias2) = compile_and_run(bias_gradient_step(dtype), [g, a], target)
+    assert unsplit.kernel_count == 2
+    assert_close(grad, grad2.cpu(), rtol=0, atol=0)
+    assert_close(bias, bias2.cpu(), rtol=1e-4, atol=1e-3)  # (another order of adds)
+    t = torch.tanh(a.float())
+    want = (g.float() * (1 - t * t)).to(dtype)
+    assert_close(grad, want)
+    assert_close(bias, want.float().sum(0), rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_an_unsplit_column_sum_leaves_its_producer_alone(target, monkeypatch):
+    """An unsplit column sum runs one program per 32 columns down every row: too few
+    programs for the pointwise loop too (``starves``), so the two stay two kernels."""
+    monkeypatch.setattr(sr, "SPLIT_DEVICES", set())
+    g, a = torch.randn(4096, 96), torch.randn(4096, 96)
+    compiled, (grad, bias) = compile_and_run(bias_gradient_step(g.dtype), [g, a], target)
+    assert compiled.kernel_count == 2
+    assert "an unsplit column sum: too few programs" in compiled.artifacts["fusion"]
+    t = torch.tanh(a)
+    assert_close(bias, (g * (1 - t * t)).sum(0), rtol=1e-5, atol=1e-4)

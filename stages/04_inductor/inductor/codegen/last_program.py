@@ -30,9 +30,18 @@ Chapter: book/docs/inductor.md ("The last program finishes").
 # ``p`` of ``T1`` partial rows feeds tile ``p // (T2 * S / T1)`` of ``T2`` outputs; with
 # the chunk first ([S, columns], a column sum such as a bias gradient), it feeds tile
 # ``(p % (columns / T1)) // (T2 / T1)``, and each tile has ``S * T2 / T1`` writers. A pair
-# whose block sizes do not divide so stays two kernels. The counters are int32s per CUDA
-# stream, zero when made (``launcher.last_program_counter``): launches on one stream run one
-# after the other and each leaves them at zero, and two streams get two sets.
+# whose block sizes do not divide so stays two kernels.
+#
+# The counters and the partials live in two buffers the stream keeps
+# (``launcher.last_program_scratch``): the counters, int32s that are zero when made, and
+# the partials, int32 slots the kernel addresses itself, each partials buffer at a 128-byte
+# boundary (``(partials + 32).to(tl.pointer_type(tl.float32))``). Launches on one stream run
+# one after the other: each finds the counters at zero and leaves them so, and nothing
+# outside the kernel reads the partials; two streams get two pairs. (One buffer for both,
+# partials after the counters, was a wrong answer on the GPU: a kernel with 64 tiles left
+# partials in the slots where the next one, with 96, expected zero counters.) So the
+# wrapper allocates nothing for the pair: in graph_breaks' training step on the H200 host,
+# an allocation inside the step cost 4 to 20 us, and the step has five such pairs.
 # --8<-- [end:note]
 """
 
@@ -40,14 +49,16 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
 from typing import Any
 
 import sympy
 
-from inductor.codegen.triton import KernelSource
+from inductor.codegen.triton import TRITON_TYPES, KernelSource
 from inductor.scheduler import FusedGroup, reader_counts
 
-COUNTER = "counter"  # the wrapper's local holding this stream's counters (launcher.py)
+COUNTER, PARTIALS = "counter", "partials"  # the wrapper's locals: this stream's scratch
+ALIGN = 32  # int32 slots: each partials buffer starts at a 128-byte boundary
 
 
 @dataclasses.dataclass
@@ -76,7 +87,7 @@ def finished_by_last_program(groups: list, kernels: dict[int, KernelSource],
         if found is None:
             continue
         partials, tiles = found
-        kernel = combined_kernel(first, second, groups[step + 1], tiles)
+        kernel = combined_kernel(first, second, groups[step + 1], tiles, partials)
         # two pairs whose kernels print alike ([Note: one kernel for equal loops]) may still
         # differ in sizes, which the combined kernel writes as numbers: then it is another
         for n in itertools.count(1):
@@ -86,16 +97,17 @@ def finished_by_last_program(groups: list, kernels: dict[int, KernelSource],
                 break
         result[step] = dataclasses.replace(kernel, name=name, source=sources[name])
         del result[step + 1]
-        log.append(f"{partials}: finished by the last program of each of {tiles.count} "
-                   f"tile(s) of {first.name} ({second.name} folded in)")
+        log.append(f"{', '.join(b.name for b in partials)}: finished by the last program of "
+                   f"each of {tiles.count} tile(s) of {first.name} ({second.name} folded in); "
+                   "partials in the stream's scratch")  # [Note: the last program finishes]
     return result
 
 
 def mergeable(group: Any, after: Any, first: KernelSource, second: KernelSource,
-              readers: dict[str, int], outputs: set[str]) -> tuple[str, Tiles] | None:
-    """(the partials' names, the tiles) when ``second`` may run inside ``first``'s last
-    programs, else None: two reductions over static sizes, ``first`` writing only split
-    partials that ``second`` alone reads, whose block sizes divide ([Note: the last program
+              readers: dict[str, int], outputs: set[str]) -> tuple[list, Tiles] | None:
+    """(the partials' buffers, the tiles) when ``second`` may run inside ``first``'s last
+    programs, else None: two reductions over static sizes, ``first`` writing split partials
+    that ``second`` alone reads, whose block sizes divide ([Note: the last program
     finishes]), and ``second`` needing no helper that ``first`` lacks."""
     if not all(type(g) is FusedGroup and g.is_reduction() for g in (group, after)):  # (no
         return None  # library call, no matrix multiply template)
@@ -103,10 +115,11 @@ def mergeable(group: Any, after: Any, first: KernelSource, second: KernelSource,
     if first.size_vars or second.size_vars or second.rnumel is None or \
             not all(isinstance(s, (int, sympy.Integer)) for s in sizes):
         return None
-    nodes = {n.name: n for n in group.nodes}
-    partials = [a for a in first.args if a in nodes]
+    nodes = {n.name: n for n in group.nodes}  # (what else ``first`` writes, such as the
+    # gradient a bias gradient sums ([Note: a column sum's producer]), it writes as before)
+    partials = [a for a in first.args if a in nodes and nodes[a].buffer.chunk_first is not None]
     layouts = {nodes[p].buffer.chunk_first for p in partials}
-    if not partials or len(layouts) != 1 or None in layouts:
+    if not partials or len(layouts) != 1:
         return None  # (not the partials of a split)
     if any(p not in second.args or p in outputs or readers.get(p) != 1 for p in partials):
         return None
@@ -114,7 +127,7 @@ def mergeable(group: Any, after: Any, first: KernelSource, second: KernelSource,
         return None  # a helper only the second kernel has
     tiles = tiling(layouts.pop(), int(first.numel), first.launch["XBLOCK"], int(second.numel),
                    second.launch["XBLOCK"], int(second.rnumel))
-    return (", ".join(partials), tiles) if tiles is not None else None
+    return ([nodes[p].buffer for p in partials], tiles) if tiles is not None else None
 
 
 # --8<-- [start:tiling]
@@ -156,38 +169,63 @@ def parameters(source: str) -> list[str]:
 
 
 # --8<-- [start:combined]
+def scratch_layout(partials: list) -> tuple[dict[str, int], int]:
+    """Where each partials buffer starts in the stream's partials (in int32 slots, at a
+    128-byte boundary), and how many slots the kernel needs in all."""
+    offsets, end = {}, 0
+    for buffer in partials:
+        offsets[buffer.name] = start = -(-end // ALIGN) * ALIGN
+        numel = math.prod(int(n) for n in buffer.layout.size)
+        end = start + -(-numel * buffer.get_dtype().itemsize // 4)
+    return offsets, end
+
+
 def combined_kernel(first: KernelSource, second: KernelSource, after: FusedGroup,
-                    tiles: Tiles) -> KernelSource:
+                    tiles: Tiles, partials: list) -> KernelSource:
     """One kernel: ``first``'s body in every program, then ``second``'s for a tile in the
-    program that finishes its partials."""
+    program that finishes its partials, which it finds in the stream's scratch."""
     lines = second.source.split("\n")
     start = kernel_start(lines)
     body = [lines[start], lines[start + 1].replace("):", ", pid):", 1)]  # its program: pid
     body += [line.replace("tl.program_id(0)", "pid") for line in lines[start + 2:]]
     params1, params2 = parameters(first.source), parameters(second.source)
-    buffers1, own = params1[:len(first.args)], [f"last_{p}" for p in params2[:len(second.args)]]
+    offsets, slots = scratch_layout(partials)
+    dtypes = {b.name: TRITON_TYPES[b.get_dtype()] for b in partials}
+    param1 = dict(zip(first.args, params1))  # buffer name -> the first kernel's parameter
     passed1 = [p.split(":")[0] for p in params1]
+    passed2 = [param1[a] if a in offsets else f"last_{p}"
+               for a, p in zip(second.args, params2)]  # a partial: the first's pointer
+    own = [p for a, p in zip(second.args, passed2) if a not in offsets]
+    buffers1 = [p for a, p in zip(first.args, params1) if a not in offsets]
+    sizes1 = params1[len(first.args):]
     fixed2 = [*map(str, map(int, second.size_args())), str(second.launch["XBLOCK"]),
               str(second.launch["RBLOCK"])]
     name = f"{first.name}_then_{second.name.removeprefix('triton_')}"
+    where = "; ".join(f"{a} at {o}" for a, o in offsets.items())
     text = [
         first.source.rstrip("\n"), "", "",
         *body, "", "",
         "@triton.jit",
-        f"def {name}({', '.join([*buffers1, *own, COUNTER, *params1[len(first.args):]])}):",
+        f"def {name}({', '.join([*buffers1, *own, COUNTER, PARTIALS, *sizes1])}):",
+        f"    # {COUNTER}: {tiles.count} tile counter(s); {PARTIALS}: {where} (int32 slots)",
+        *[f"    {param1[a]} = ({PARTIALS} + {o}).to(tl.pointer_type({dtypes[a]}))"
+          for a, o in offsets.items()],
         f"    {first.name}({', '.join(passed1)})",
         "    tl.debug_barrier()  # this program's partials are stored",
         "    pid = tl.program_id(0)",
         f"    tile = {tiles.tile}  # the program of the second kernel that reads them",
         f"    done = tl.atomic_add({COUNTER} + tile, 1, sem='acq_rel')  # ... and published",
         f"    if done == {tiles.need - 1}:  # the tile's last writer: all its partials are in",
-        f"        {second.name}({', '.join([*own, *fixed2, 'tile'])})",
+        f"        {second.name}({', '.join([*passed2, *fixed2, 'tile'])})",
         f"        tl.atomic_xchg({COUNTER} + tile, 0)  # ready for the next launch",
     ]
-    return dataclasses.replace(first, name=name, source="\n".join(text) + "\n",
-                               args=[*first.args, *second.args, COUNTER], configs=[],
-                               finishes=after, counters=tiles.count)
+    args = [*(a for a in first.args if a not in offsets),
+            *(a for a in second.args if a not in offsets), COUNTER, PARTIALS]
+    return dataclasses.replace(first, name=name, source="\n".join(text) + "\n", args=args,
+                               configs=[], finishes=after, counters=tiles.count,
+                               scratch=slots)
 # --8<-- [end:combined]
 
 
-__all__ = ["COUNTER", "Tiles", "finished_by_last_program", "tiling"]
+__all__ = ["COUNTER", "PARTIALS", "Tiles", "finished_by_last_program", "scratch_layout",
+           "tiling"]

@@ -455,6 +455,7 @@ class KernelSource:
     # program finishes] in last_program.py); that group has no kernel of its own
     finishes: Any = None
     counters: int = 0  # how many counters its last programs use (one per tile)
+    scratch: int = 0  # int32 slots of the stream's partials it uses (the same Note)
 
     def size_args(self) -> list[Any]:
         """The sizes the kernel takes after its buffers, in its parameter order (ints, or

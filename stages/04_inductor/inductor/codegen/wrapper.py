@@ -19,7 +19,7 @@ from typing import Any
 import sympy
 import torch
 
-from inductor.codegen.last_program import COUNTER
+from inductor.codegen.last_program import COUNTER, PARTIALS
 from inductor.codegen.triton import KernelSource
 from inductor.exc import CompileError
 from inductor.ir import (
@@ -255,11 +255,12 @@ class WrapperCodeGen:
         args = ", ".join(b.name for b in self.graph.graph_inputs)
         self.lines = [f"def call({args}):", *self.size_bindings()]
         last_use = self.last_uses()
-        counters = [k for k in self.kernels.values() if COUNTER in k.args]
-        if counters:  # [Note: the last program finishes]
-            device = self.device_name(str(counters[0].finishes.device))
-            slots = max(k.counters for k in counters)
-            self.lines.append(f"    {COUNTER} = last_program_counter({device}, {slots})")
+        finishing = [k for k in self.kernels.values() if COUNTER in k.args]
+        if finishing:  # [Note: the last program finishes]
+            device = self.device_name(str(finishing[0].finishes.device))
+            counters, slots = max(k.counters for k in finishing), max(k.scratch for k in finishing)
+            self.lines.append(f"    {COUNTER}, {PARTIALS} = last_program_scratch({device}, "
+                              f"{counters}, {slots})")
         for step, group in enumerate(self.groups):
             if isinstance(group, FusedGroup):
                 if step in self.kernels:  # (else its kernel's last program is the one before)
@@ -279,7 +280,7 @@ class WrapperCodeGen:
         if sites:  # [Note: launch sites]
             sites = ["from inductor.launcher import bind_launch", "", *sites]
         if any(COUNTER in k.args for k in self.kernels.values()):
-            sites = ["from inductor.launcher import last_program_counter", *sites]
+            sites = ["from inductor.launcher import last_program_scratch", *sites]
         return "\n".join([*header, PRELUDE, *devices, *sites, "", ""] + self.lines) + "\n"
 
     def kernel_call(self, step: int, group: FusedGroup) -> None:
