@@ -452,7 +452,7 @@ def score_fusion(group: FusedGroup, node: SchedulerNode) -> int:
     a launch saved at the price of uncoalesced loads ([Note: one tile, one direction])."""
     if len(group.nodes) >= MAX_FUSED_NODES:
         return 0
-    if starves(group, node):
+    if producer_refused(group, node):
         return 0
     shared = {name for name, _ in node.reads} & (set(group.written()) | group.read_names())
     if not shared and crosses_grain(group, node):
@@ -478,16 +478,24 @@ def score_fusion(group: FusedGroup, node: SchedulerNode) -> int:
 # is one launch. The kernel is a column sum's: tiles of 32 columns, the loads and stores of
 # the pointwise loop coalesced along them as the sum's are. Only a split's partials take
 # the producer: an unsplit column sum runs one program per 32 columns down every row, too
-# few programs for a pointwise loop over all of [B, C] (``starves``).
-def starves(group: FusedGroup, node: SchedulerNode) -> bool:
-    """Would the kernel run a pointwise loop placed "rx" in a column sum that was not split
-    ([Note: a column sum's producer])?"""
+# few programs for a pointwise loop over all of [B, C]. And only the producer: the partial
+# sums must read what the pointwise group wrote. Pointwise loops that merely fit (a GPT
+# backward's other [B*T, C] gradients) used to join the column sums' kernels sideways and
+# left their own groups: four kernels more in a two-layer GPT's backward, not fewer
+# (``producer_refused``).
+def producer_refused(group: FusedGroup, node: SchedulerNode) -> str | None:
+    """Why the kernel must not run a pointwise loop placed "rx" ([Note: a column sum's
+    producer]), or None when it may (or none is placed so)."""
     members = [*group.nodes, node]
     space = space_with(group.nodes, node)
+    if not any(p is not None and p.kind == "rx" for p in (n.place(space) for n in members)):
+        return None
     reductions = [n for n in members if n.is_reduction()]
-    if not reductions or getattr(reductions[0].buffer, "chunk_first", None):
-        return False
-    return any(p is not None and p.kind == "rx" for p in (n.place(space) for n in members))
+    if not getattr(reductions[0].buffer, "chunk_first", None):
+        return "an unsplit column sum: too few programs for a pointwise loop"
+    if not node.is_reduction() or not {name for name, _ in node.reads} & set(group.written()):
+        return "a column sum takes the pointwise loop that makes what it sums, no other"
+    return None
 # --8<-- [end:column-producer]
 
 
@@ -613,8 +621,8 @@ class Scheduler:
             elif last or not legal:
                 why = reason if not legal else (
                     "score 0 (group full)" if len(group.nodes) >= MAX_FUSED_NODES else
-                    "score 0 (an unsplit column sum: too few programs for a pointwise loop)"
-                    if starves(group, node) else
+                    f"score 0 ({producer_refused(group, node)})"
+                    if producer_refused(group, node) else
                     "score 0 (no buffer shared, loads along another axis)")
                 self.log.append(f"{node.name} not fused with {_members(group)}"
                                 f"{'' if last else ' (earlier)'}: {why}")

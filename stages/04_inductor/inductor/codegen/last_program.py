@@ -55,7 +55,7 @@ from typing import Any
 import sympy
 
 from inductor.codegen.triton import TRITON_TYPES, KernelSource
-from inductor.scheduler import FusedGroup, reader_counts
+from inductor.scheduler import FusedGroup, Scheduler, reader_counts
 
 COUNTER, PARTIALS = "counter", "partials"  # the wrapper's locals: this stream's scratch
 ALIGN = 32  # int32 slots: each partials buffer starts at a 128-byte boundary
@@ -73,21 +73,23 @@ class Tiles:
 
 def finished_by_last_program(groups: list, kernels: dict[int, KernelSource],
                              outputs: set[str], log: list[str]) -> dict[int, KernelSource]:
-    """``kernels`` with each partial kernel whose partials only the next step's reduction
-    reads replaced by one kernel doing both (``finishes`` names the second group, whose step
-    is left out). ``log`` gets a line per pair."""
+    """``kernels`` with each partial kernel whose partials only a later reduction reads
+    replaced by one kernel doing both (``finishes`` names the second group, whose step is
+    left out). ``log`` gets a line per pair."""
     readers = reader_counts(groups)
     result = dict(kernels)
     sources: dict[str, str] = {}  # combined kernel name -> its source
     for step in sorted(kernels):
-        first, second = result.get(step), kernels.get(step + 1)
-        if first is None or second is None or first.finishes is not None:
+        first = result.get(step)
+        later = reader_step(groups, step)
+        if first is None or later is None or later not in result or first.finishes is not None:
             continue
-        found = mergeable(groups[step], groups[step + 1], first, second, readers, outputs)
+        second = result[later]
+        found = mergeable(groups[step], groups[later], first, second, readers, outputs)
         if found is None:
             continue
         partials, tiles = found
-        kernel = combined_kernel(first, second, groups[step + 1], tiles, partials)
+        kernel = combined_kernel(first, second, groups[later], tiles, partials)
         # two pairs whose kernels print alike ([Note: one kernel for equal loops]) may still
         # differ in sizes, which the combined kernel writes as numbers: then it is another
         for n in itertools.count(1):
@@ -96,11 +98,29 @@ def finished_by_last_program(groups: list, kernels: dict[int, KernelSource],
                     kernel.source.replace(kernel.name, name):
                 break
         result[step] = dataclasses.replace(kernel, name=name, source=sources[name])
-        del result[step + 1]
+        del result[later]
         log.append(f"{', '.join(b.name for b in partials)}: finished by the last program of "
                    f"each of {tiles.count} tile(s) of {first.name} ({second.name} folded in); "
                    "partials in the stream's scratch")  # [Note: the last program finishes]
     return result
+
+
+def reader_step(groups: list, step: int) -> int | None:
+    """The step of the group that reads the partials ``groups[step]`` writes, if its work may
+    run at ``step``: nothing scheduled between writes a buffer it reads. (Usually the next
+    step; a column sum that took its producer ([Note: a column sum's producer]) sits where
+    the producer was, before the matrix multiplies that read the gradient.)"""
+    group = groups[step]
+    if type(group) is not FusedGroup:
+        return None
+    partials = {n.name for n in group.nodes if n.buffer.chunk_first is not None}
+    between: set[str] = set()
+    for later in range(step + 1, len(groups)):
+        reads = Scheduler.reads_of(groups[later])
+        if reads & partials:
+            return later if not reads & between else None
+        between |= Scheduler.writes_of(groups[later])
+    return None
 
 
 def mergeable(group: Any, after: Any, first: KernelSource, second: KernelSource,
