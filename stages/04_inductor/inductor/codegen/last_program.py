@@ -221,7 +221,8 @@ def combined_kernel(first: KernelSource, second: KernelSource, after: FusedGroup
     fixed2 = [*map(str, map(int, second.size_args())), str(second.launch["XBLOCK"]),
               str(second.launch["RBLOCK"])]
     name = f"{first.name}_then_{second.name.removeprefix('triton_')}"
-    where = "; ".join(f"{a} at {o}" for a, o in offsets.items())
+    # (parameters, not buffer names: two pairs that print alike stay one kernel, compiled once)
+    where = "; ".join(f"{param1[a]} at {o}" for a, o in offsets.items())
     text = [
         first.source.rstrip("\n"), "", "",
         *body, "", "",
