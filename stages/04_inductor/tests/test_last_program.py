@@ -177,6 +177,26 @@ def test_under_cuda_graphs_a_recording_has_its_own_counters():
     assert "_then_" in compiled.graphs[0].artifacts["wrapper"]
 
 
+def test_a_bias_gradient_is_one_launch_with_the_weight_gradient_between():
+    """A Linear's backward: the gradient (a pointwise loop), the weight gradient (a library
+    multiply that reads it) and the bias gradient. The column sum joins the gradient's kernel
+    ([Note: a column sum's producer]), before the multiply; the sum of its partials, after
+    the multiply, is still finished by that kernel's last programs (``reader_step``)."""
+    g, a, x = torch.randn(4096, 96), torch.randn(4096, 96), torch.randn(4096, 32)
+
+    def fn(p, g, a, x):
+        grad = p.mul(g, p.tanh(a))
+        weight = p.call(torch.ops.aten.mm.default, p.permute(grad, [1, 0]), x)
+        return (weight, p.sum(grad, [0]))
+
+    compiled, inputs = compile_and_run(fn, [g, a, x])
+    assert compiled.kernel_count == 1, compiled.artifacts["fusion"]
+    weight, bias = compiled(*inputs)
+    grad = g * torch.tanh(a)
+    assert_close(weight, grad.t() @ x, rtol=1e-4, atol=1e-3)
+    assert_close(bias, grad.sum(0), rtol=1e-4, atol=1e-3)
+
+
 def test_results_written_into_inputs_in_place():
     """A column sum added into an input and a mean copied into another (the inputs' new
     values, [Note: writing an input in place]), beside an amax: the second stages write
