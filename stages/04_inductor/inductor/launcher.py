@@ -324,7 +324,9 @@ class LaunchSite:
     # --8<-- [end:site-function]
 
 
-_SCRATCH: dict[tuple, tuple] = {}  # (device index, stream) or (type, index) -> the pair
+# (device index, stream) or (type, index) -> ((counters, partials), their lengths); the
+# lengths as ints, since ``len`` of a tensor is Python code in torch (a few microseconds)
+_SCRATCH: dict[tuple, tuple] = {}
 # bound once: an attribute lookup on ``torch._C`` is a dict lookup each call (CPU builds of
 # torch lack the CUDA ones, and never call them)
 _capturing = getattr(torch._C, "_cuda_isCurrentStreamCapturing", None)
@@ -348,13 +350,14 @@ def last_program_scratch(device: torch.device, counters: int = 1, partials: int 
         key: tuple = (index, _raw_stream(index))
     else:
         key = (device.type, device.index)
-    pair = _SCRATCH.get(key)
-    if pair is None or len(pair[0]) < counters or len(pair[1]) < partials:
-        had = pair or ((), ())
-        pair = _SCRATCH[key] = (
-            torch.zeros(max(counters, len(had[0])), dtype=torch.int32, device=device),
-            torch.empty(max(partials, len(had[1])), dtype=torch.int32, device=device))
-    return pair
+    found = _SCRATCH.get(key)
+    if found is None or found[1] < counters or found[2] < partials:
+        had = found or ((), 0, 0)
+        counters, partials = max(counters, had[1]), max(partials, had[2])
+        found = _SCRATCH[key] = (
+            (torch.zeros(counters, dtype=torch.int32, device=device),
+             torch.empty(partials, dtype=torch.int32, device=device)), counters, partials)
+    return found[0]
 
 
 def bind_launch(kernel: Any, grid: tuple[int, int, int], sizes: tuple,
