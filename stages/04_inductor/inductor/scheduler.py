@@ -478,14 +478,17 @@ def score_fusion(group: FusedGroup, node: SchedulerNode) -> int:
 # is one launch. The kernel is a column sum's: tiles of 32 columns, the loads and stores of
 # the pointwise loop coalesced along them as the sum's are. Only a split's partials take
 # the producer: an unsplit column sum runs one program per 32 columns down every row, too
-# few programs for a pointwise loop over all of [B, C]. And only the producer: the partial
-# sums must read what the pointwise group wrote. Pointwise loops that merely fit (a GPT
-# backward's other [B*T, C] gradients) used to join the column sums' kernels sideways and
-# left their own groups: four kernels more in a two-layer GPT's backward, not fewer
-# (``producer_refused``).
+# few programs for a pointwise loop over all of [B, C]. And only loops joined through what
+# they compute: the partial sums must read what the pointwise group wrote, and a pointwise
+# loop that joins a group already holding the sums must read it too (``g * x``, next to
+# ``g``'s bias gradient: one launch and one read of ``g`` fewer). Pointwise loops that
+# merely fit (a GPT backward's other [B*T, C] gradients) used to join the column sums'
+# kernels sideways and left their own groups: four kernels more in a two-layer GPT's
+# backward, not fewer (``producer_refused``).
 def producer_refused(group: FusedGroup, node: SchedulerNode) -> str | None:
     """Why the kernel must not run a pointwise loop placed "rx" ([Note: a column sum's
     producer]), or None when it may (or none is placed so)."""
+    # BEGIN EXERCISE inductor-column-producer: when may a column sum's kernel run a pointwise loop?
     members = [*group.nodes, node]
     space = space_with(group.nodes, node)
     if not any(p is not None and p.kind == "rx" for p in (n.place(space) for n in members)):
@@ -493,9 +496,10 @@ def producer_refused(group: FusedGroup, node: SchedulerNode) -> str | None:
     reductions = [n for n in members if n.is_reduction()]
     if not getattr(reductions[0].buffer, "chunk_first", None):
         return "an unsplit column sum: too few programs for a pointwise loop"
-    if not node.is_reduction() or not {name for name, _ in node.reads} & set(group.written()):
-        return "a column sum takes the pointwise loop that makes what it sums, no other"
+    if not {name for name, _ in node.reads} & set(group.written()):
+        return "a column sum's kernel takes only loops that read what it computes"
     return None
+    # END EXERCISE inductor-column-producer
 # --8<-- [end:column-producer]
 
 

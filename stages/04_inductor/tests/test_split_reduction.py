@@ -248,6 +248,39 @@ def test_a_column_sum_takes_its_pointwise_producer(target, dtype, monkeypatch):
     assert_close(bias, want.float().sum(0), rtol=1e-4, atol=1e-3)
 
 
+def gradient_sum_and(kind):
+    """``bias_gradient_step``'s gradient and column sum, and a third loop over [B, C]: the
+    gradient times ``b`` (a "consumer", reading what the sum's kernel computes) or a loop of
+    its own over the same input (``exp(a) * b``, "sideways": only the size in common)."""
+    def fn(p, g, a, b):
+        g, a, b = (p.convert_element_type(v, torch.float32) for v in (g, a, b))
+        t = p.tanh(a)
+        grad = p.mul(g, p.sub(p.scalar(1.0, t), p.mul(t, t)))
+        other = p.mul(grad, b) if kind == "consumer" else p.mul(p.exp(a), b)
+        return (grad, p.sum(grad, [0]), other)
+    return fn
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("kind", ["consumer", "sideways"])
+def test_a_column_sums_kernel_takes_only_loops_that_read_what_it_computes(target, kind):
+    """[Note: a column sum's producer]: ``g * b`` joins the kernel that computes ``g`` and its
+    split column sum (on Triton the whole graph is then one launch); ``exp(a) * b``, which
+    merely has the same size, stays a kernel of its own (``producer_refused``; letting such
+    loops in gave a two-layer GPT's backward four kernels more)."""
+    torch.manual_seed(0)
+    g, a, b = (torch.randn(4096, 96) for _ in range(3))
+    compiled, (grad, bias, other) = compile_and_run(gradient_sum_and(kind), [g, a, b], target)
+    joined = {"consumer": 0, "sideways": 1}[kind]
+    assert compiled.kernel_count == (1 if target == "triton" else 2) + joined, \
+        compiled.artifacts["fusion"]
+    t = torch.tanh(a)
+    want = g * (1 - t * t)
+    assert_close(grad, want)
+    assert_close(bias, want.sum(0), rtol=1e-4, atol=1e-3)
+    assert_close(other, want * b if kind == "consumer" else torch.exp(a) * b)
+
+
 @pytest.mark.parametrize("target", TARGETS)
 def test_an_unsplit_column_sum_leaves_its_producer_alone(target, monkeypatch):
     """An unsplit column sum runs one program per 32 columns down every row: too few
