@@ -31,7 +31,7 @@ def gradient_and_sum(third=None):
     return fn
 
 
-def compile_and_run(fn, split=True, monkeypatch=None):
+def compile_and_run(fn, split, monkeypatch):
     monkeypatch.setattr(sr, "SPLIT_DEVICES", {"cuda", "cpu"} if split else set())
     torch.manual_seed(0)
     inputs = [torch.randn(4096, 96) for _ in range(3)]
