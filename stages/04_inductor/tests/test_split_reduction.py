@@ -281,14 +281,27 @@ def test_a_column_sums_kernel_takes_only_loops_that_read_what_it_computes(target
     assert_close(other, want * b if kind == "consumer" else torch.exp(a) * b)
 
 
-@pytest.mark.xfail(strict=True, reason="a chunk as long as a row fits the producer 'xr' first")
-def test_a_column_sum_whose_chunk_is_as_long_as_a_row_takes_its_producer():
-    """[512, 256] splits into 2 chunks of 256 rows ([4096, 256] into 16): then B = S * C,
-    and the gradient's loop over [B, C] also fits the partials' space x = [S, C], r = [256]
-    as "xr" (b over the two x dims, c over r). ``_place`` tries "xr" before "rx",
-    ``can_fuse`` refuses the fusion that placement implies (the sum would read another
-    element), and the two stay two kernels: every column sum of 256 columns under 32768
-    rows misses the fusion this way (safe, slower)."""
+def test_a_column_sum_of_256_columns_takes_its_producer():
+    """[Note: a chunk as long as a row]: [1024, 256] would split into 4 chunks of 256 rows,
+    B = S * C, and the gradient's loop would fit the partials' space as "xr" first; the
+    split takes 2 chunks of 512 instead, and gradient and sum are one launch."""
+    assert sr.choose_splits(256, 1024, outer=True) == 2
+    assert [sr.choose_splits(256, rows, outer=True) for rows in (4096, 16384)] == [8, 32]
+    torch.manual_seed(0)
+    g, a = torch.randn(1024, 256), torch.randn(1024, 256)
+    compiled, (grad, bias) = compile_and_run(bias_gradient_step(g.dtype), [g, a], "triton")
+    assert compiled.kernel_count == 1, compiled.artifacts["fusion"]
+    t = torch.tanh(a)
+    assert_close(grad, g * (1 - t * t))
+    assert_close(bias, (g * (1 - t * t)).sum(0), rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.xfail(strict=True, reason="two chunks as long as a row fit the producer 'xr' first")
+def test_a_column_sum_in_two_chunks_as_long_as_a_row_takes_its_producer():
+    """[512, 256] splits into 2 chunks of 256 rows, B = S * C, and there is no half to take
+    ([Note: a chunk as long as a row]): the gradient's loop fits the partials' space as "xr"
+    (b over the two x dims, c over r), which ``_place`` tries before "rx"; ``can_fuse``
+    refuses the fusion that placement implies, and the two stay two kernels (safe, slower)."""
     torch.manual_seed(0)
     g, a = torch.randn(512, 256), torch.randn(512, 256)
     assert sr.choose_splits(256, 512, outer=True) * 256 == 512
