@@ -623,10 +623,10 @@ class Scheduler:
             if score > best_score:
                 best, best_score, best_reason = gid, score, reason
             elif last or not legal:
+                refused = legal and producer_refused(group, node)
                 why = reason if not legal else (
                     "score 0 (group full)" if len(group.nodes) >= MAX_FUSED_NODES else
-                    f"score 0 ({producer_refused(group, node)})"
-                    if producer_refused(group, node) else
+                    f"score 0 ({refused})" if refused else
                     "score 0 (no buffer shared, loads along another axis)")
                 self.log.append(f"{node.name} not fused with {_members(group)}"
                                 f"{'' if last else ' (earlier)'}: {why}")

@@ -77,8 +77,10 @@ def choose_splits(numel: int, rnumel: int, outer: bool = False, row_bytes: int =
 # two kernels. Sizes alone cannot tell the two apart (a [A*B, R] view reduced over R is a
 # genuine "xr"), so the split avoids the coincidence: half as many chunks, each twice as
 # long. It took every column sum of 256 columns from 1024 to 16384 rows (chunks of the
-# smallest length, 256 rows). With two chunks there is no half to take: [512, 256] stays
-# ambiguous, and two kernels.
+# smallest length, 256 rows), and of 512 to 4096 columns over 32768 rows. With two chunks
+# there is no half to take: [512, 256] stays ambiguous, and two kernels. (A workaround:
+# the fix is for the fusion to pick the placement under which the sum reads the element
+# its own iteration wrote; and the halved split is not yet timed on a GPU.)
 
 
 # --8<-- [start:no-split]
