@@ -226,3 +226,77 @@ def test_layer_norm_statistics_of_rows_holding_inf_and_nan(dtype, row_start, mon
     torch.testing.assert_close(var.cpu(), want_var.cpu(), equal_nan=True, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(mean.cpu(), want_mean.cpu(), equal_nan=True, rtol=1e-5,
                                atol=1e-5)
+
+
+def erfc_choice(source: str) -> str:
+    """Which erfc a kernel's ``erfc_rounded`` runs: "ours" or "exact"."""
+    helper = source[source.index("def erfc_rounded("):].split("\n\n")[0]
+    return "ours" if "return erfc_narrow(x)" in helper else "exact"
+
+
+@pytest.mark.parametrize("rounded", [True, False])
+def test_an_erfc_rounded_before_it_is_read_is_ours(rounded):
+    """A float32 sum of erfc rounded to bfloat16 first may take our erfc: the rounding hides
+    its 8e-5; the sum of the unrounded erfc may not, and takes the exact one.
+    [Note: an erfc rounded before it is read]."""
+    x = to_target([wide_values()[:4000]], "triton")[0]
+    bf16, f32 = torch.bfloat16, torch.float32
+
+    def fn(p, a):
+        e = p.erfc(a)
+        if rounded:
+            e = p.convert_element_type(p.convert_element_type(e, bf16), f32)
+        return p.sum(e, [0]), e  # a float32 reduction and a float32 store read it
+
+    graph = prims_graph(fn, [x])
+    compiled = inductor.compile_fx_inner(graph, [x], target="triton")
+    total, values = compiled(x)
+    source = kernel_source(compiled)
+    assert erfc_choice(source) == ("ours" if rounded else "exact")
+    want = torch.erfc(x.cpu().double())
+    if rounded:  # within one bfloat16 step of the exact value rounded (to normal numbers:
+        want = want.to(bf16).double()  # the interpreter mangles subnormal bfloat16)
+        torch.testing.assert_close(values.cpu().double(), want, rtol=2 * STEP[bf16],
+                                   atol=torch.finfo(bf16).smallest_normal)
+        # the sum of the rounded values: the same elements, a float32 sum's error
+        torch.testing.assert_close(total.cpu().double(), values.cpu().double().sum(),
+                                   rtol=1e-6, atol=0)
+    else:
+        torch.testing.assert_close(values.cpu().double(), want, rtol=4e-7, atol=1e-38)
+        torch.testing.assert_close(total.cpu().double(), want.sum(), rtol=1e-6, atol=0)
+
+
+def test_a_gelu_gradient_and_its_column_sum_take_our_erfc(monkeypatch):
+    """bfloat16 gelu_backward with its bias-gradient sum, split into float32 partials (a
+    kernel that stores a float32): the gradient is rounded before the sum reads it, so the
+    kernel runs our erfc, and both results are within eager's bfloat16 tolerance."""
+    from inductor import split_reduction as sr
+
+    monkeypatch.setattr(sr, "SPLIT_DEVICES", {"cuda", "cpu"})
+    monkeypatch.setattr(sr, "OUTER_MIN_CHUNK", 16)
+    torch.manual_seed(0)
+    g, pre = to_target([torch.randn(512, 64).bfloat16(), (torch.randn(512, 64) * 3).bfloat16()],
+                       "triton")
+
+    def fn(grad, a):
+        d = torch.ops.aten.gelu_backward(grad, a)
+        return d, d.sum(0)
+
+    compiled = driver.compile(fn, options={"target": "triton"})
+    d, total = compiled(g, pre)
+    source = kernel_source(compiled)
+    assert "_then_" in source  # the split column sum, one launch with its producer
+    assert erfc_choice(source) == "ours"
+    want_d, want_total = fn(g.cpu(), pre.cpu())
+    ones = torch.ones(pre.shape, dtype=torch.float64)
+    exact = (g.cpu().double() * torch.ops.aten.gelu_backward(ones, pre.cpu().double()))
+    # float64's gradient rounded once: ours is one bfloat16 step off it here and there
+    # (eager's, whose 1 + erf cancels, is off it seven times as often)
+    assert (d.cpu() != exact.bfloat16()).float().mean() < 0.02
+    torch.testing.assert_close(d.cpu().double(), exact, rtol=2 * STEP[torch.bfloat16],
+                               atol=1e-6)
+    torch.testing.assert_close(d.cpu(), want_d)  # and eager's, at bfloat16's tolerance
+    summed = d.cpu().double().sum(0)  # the sum of our rounded gradient, rounded once
+    torch.testing.assert_close(total.cpu().double(), summed.bfloat16().double(),
+                               rtol=STEP[torch.bfloat16], atol=0)
+    torch.testing.assert_close(total.cpu().float(), want_total.float(), rtol=2e-2, atol=2e-2)

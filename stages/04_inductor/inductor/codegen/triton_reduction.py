@@ -453,6 +453,7 @@ class TritonReductionKernel(TritonKernel):
     def reduction(self, dtype: torch.dtype, reduction_type: str, value: CSEVariable,
                   first: Callable[[], CSEVariable] | None = None) -> CSEVariable:
         if isinstance(value, _ShiftedExp):
+            self.reads_unrounded(value)
             return self.online_sum(value.value, value.row_max)
         return super().reduction(dtype, reduction_type, value, first)
 
