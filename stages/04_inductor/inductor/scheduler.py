@@ -302,37 +302,54 @@ class SchedulerNode:
 
     def place(self, space: Space) -> Placement | None:
         """How this node's loop maps onto ``space``, or None if it does not fit (cached: the
-        fusion search asks for every group in reach, and the printers ask again)."""
+        fusion search asks for every group in reach, and the printers ask again): the first
+        of ``candidates``, unless ``choose`` picked another ([Note: a loop that fits two
+        ways])."""
         key = (tuple(space[0]), tuple(space[1]))
         if key not in self._placements:
-            self._placements[key] = self._place(space)
+            found = self.candidates(space)
+            self._placements[key] = found[0] if found else None
         return self._placements[key]
 
-    def _place(self, space: Space) -> Placement | None:
+    def choose(self, space: Space, placement: Placement) -> None:
+        """Place the node in ``space`` as ``placement`` (one of its ``candidates``)."""
+        key = (tuple(space[0]), tuple(space[1]))
+        self._placements[key] = placement
+        self._accesses.pop(key, None)  # what the body reads and writes moves with it
+
+    def candidates(self, space: Space) -> list[Placement]:
+        """Every way this node's loop maps onto ``space``, the usual first (cached)."""
+        key = ("all", tuple(space[0]), tuple(space[1]))
+        if key not in self._placements:
+            self._placements[key] = self._candidates(space)
+        return self._placements[key]
+
+    def _candidates(self, space: Space) -> list[Placement]:
         (xsyms, rsyms), (xs, rs) = space_symbols(space), space
         if self.is_reduction():
             index = map_dims(self.ranges, xs, xsyms)
             rindex = map_dims(self.buffer.reduction_ranges(), rs, rsyms)
             if index is None or rindex is None:
-                return None
-            return Placement("reduction", index, rindex)
+                return []
+            return [Placement("reduction", index, rindex)]
         index = map_dims(self.ranges, xs, xsyms)
         if index is not None:
-            return Placement("x", index, [])
+            return [Placement("x", index, [])]
         if not _non_one(rs):
-            return None
+            return []
+        found = []
         for split in range(len(self.ranges) + 1):  # outer dims over x, inner over r
             outer = map_dims(self.ranges[:split], xs, xsyms)
             inner = map_dims(self.ranges[split:], rs, rsyms)
             if outer is not None and inner is not None:
-                return Placement("xr", outer + inner, [])
+                found.append(Placement("xr", outer + inner, []))
         # [Note: a column sum's producer]: the reduced dims outermost, split or not
         for sizes, syms in (([*xs[:1], *rs, *xs[1:]], [*xsyms[:1], *rsyms, *xsyms[1:]]),
                             ([*rs, *xs], [*rsyms, *xsyms])):
             index = map_dims(self.ranges, sizes, syms)
             if index is not None:
-                return Placement("rx", index, [])
-        return None
+                found.append(Placement("rx", index, []))
+        return found
 
     def run(self, placement: Placement) -> None:
         """Run the body (under the current ops handler) in kernel-space symbols."""
@@ -426,6 +443,53 @@ class ExternNode:
     """A library call; never fused."""
 
     kernel: FallbackKernel
+
+
+# --8<-- [start:fits-two-ways]
+# [Note: a loop that fits two ways]
+# Sizes alone can place a pointwise loop in a reduction's space in more than one way. The
+# partials of a split column sum of [B, C] loop over x = [S, C], r = [B / S]; when a chunk
+# is exactly as long as a row is wide (B / S = C, as for 256-column sums split into chunks
+# of 256 rows), the gradient's loop over [B, C] fits as "xr" (a row over both x dims, a
+# column over r) and as "rx" (a row over x0 and r, the column over x1), and only "rx" is
+# what the partial sums read. A [A * B, R] view reduced over R is a genuine "xr" of the
+# same sizes, so no order of the placements is right for both. Before a node joins a group,
+# ``align_placements`` checks that every read of a buffer the kernel writes lands on the
+# element the same iteration wrote; when it does not and some member's other placement
+# makes it so, that member takes the other one. The first fix for the 256-column case
+# split such sums in half as many chunks; with this one both the split and the fusion are
+# the usual ones (``test_a_column_sum_in_two_chunks_as_long_as_a_row_takes_its_producer``).
+def align_placements(group: FusedGroup, node: SchedulerNode) -> None:
+    """Before ``can_fuse``: give a member of ``group`` or ``node`` another of its placements
+    in the joined space if that, and only that, lines their reads up with their writes
+    ([Note: a loop that fits two ways])."""
+    space = space_with(group.nodes, node)
+    members = [*group.nodes, node]
+    shifting = [m for m in reversed(members) if len(m.candidates(space)) > 1]
+    if not shifting or lines_up(members, space):
+        return
+    for member in shifting:  # the joining node first
+        current = member.place(space)
+        for other in member.candidates(space):
+            if other is not current:
+                member.choose(space, other)
+                if lines_up(members, space):
+                    return
+        member.choose(space, current)
+
+
+def lines_up(members: Sequence[SchedulerNode], space: Space) -> bool:
+    """Whether each member reads what earlier members write at the element they write."""
+    if any(m.place(space) is None for m in members):
+        return False
+    written: dict[str, sympy.Expr] = {}
+    for member in members:
+        for name, index in member.accesses(space).reads:
+            if name in written and (index != written[name] or is_indirect(index)):
+                return False
+        written.update(member.accesses(space).writes)
+    return True
+# --8<-- [end:fits-two-ways]
 
 
 # --8<-- [start:can-fuse]
@@ -618,6 +682,7 @@ class Scheduler:
             last = gid == len(self.groups) - 1
             if not isinstance(group, FusedGroup) or not (last or same_loops(group, node)):
                 continue
+            align_placements(group, node)  # [Note: a loop that fits two ways]
             legal, reason = can_fuse(group, node)
             score = score_fusion(group, node) if legal else 0
             if score > best_score:

@@ -61,26 +61,8 @@ def choose_splits(numel: int, rnumel: int, outer: bool = False, row_bytes: int =
     while (numel * splits * 2 <= target and rnumel // (splits * 2) >= smallest
            and rnumel % (splits * 2) == 0):
         splits *= 2
-    if outer and splits > 2 and rnumel // splits == numel:  # [Note: a chunk as long as a row]
-        splits //= 2
     return splits
 # --8<-- [end:choose-splits]
-
-
-# [Note: a chunk as long as a row]
-# A column sum of [B, C] split in S chunks of B / S rows has the space x = [S, C],
-# r = [B / S]. When a chunk is exactly C rows long, B = S * C, and the pointwise loop that
-# makes the summed gradient ([Note: a column sum's producer] in scheduler.py) fits that
-# space two ways: "rx" (row b = x0 * C + r, column x1), which is what the partial sums
-# read, and "xr" (row over both x dims, column over r), which the scheduler tries first and
-# which reads another element, so the fusion was refused and the gradient and its sum stayed
-# two kernels. Sizes alone cannot tell the two apart (a [A*B, R] view reduced over R is a
-# genuine "xr"), so the split avoids the coincidence: half as many chunks, each twice as
-# long. It took every column sum of 256 columns from 1024 to 16384 rows (chunks of the
-# smallest length, 256 rows), and of 512 to 4096 columns over 32768 rows. With two chunks
-# there is no half to take: [512, 256] stays ambiguous, and two kernels. (A workaround:
-# the fix is for the fusion to pick the placement under which the sum reads the element
-# its own iteration wrote; and the halved split is not yet timed on a GPU.)
 
 
 # --8<-- [start:no-split]

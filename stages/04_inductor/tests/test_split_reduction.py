@@ -281,14 +281,16 @@ def test_a_column_sums_kernel_takes_only_loops_that_read_what_it_computes(target
     assert_close(other, want * b if kind == "consumer" else torch.exp(a) * b)
 
 
-def test_a_column_sum_of_256_columns_takes_its_producer():
-    """[Note: a chunk as long as a row]: [1024, 256] would split into 4 chunks of 256 rows,
-    B = S * C, and the gradient's loop would fit the partials' space as "xr" first; the
-    split takes 2 chunks of 512 instead, and gradient and sum are one launch."""
-    assert sr.choose_splits(256, 1024, outer=True) == 2
-    assert [sr.choose_splits(256, rows, outer=True) for rows in (4096, 16384)] == [8, 32]
+@pytest.mark.parametrize("rows", [1024, 512])
+def test_a_column_sum_in_chunks_as_long_as_a_row_takes_its_producer(rows):
+    """[Note: a loop that fits two ways]: [1024, 256] splits into 4 chunks of 256 rows and
+    [512, 256] into 2, B = S * C, so the gradient's loop fits the partials' space as "xr"
+    (a row over both x dims, a column over r), the usual first placement, and as "rx", the
+    one the partial sums read; the scheduler takes "rx", and gradient and sum are one
+    launch."""
+    assert sr.choose_splits(256, rows, outer=True) * 256 == rows  # a chunk as long as a row
     torch.manual_seed(0)
-    g, a = torch.randn(1024, 256), torch.randn(1024, 256)
+    g, a = torch.randn(rows, 256), torch.randn(rows, 256)
     compiled, (grad, bias) = compile_and_run(bias_gradient_step(g.dtype), [g, a], "triton")
     assert compiled.kernel_count == 1, compiled.artifacts["fusion"]
     t = torch.tanh(a)
@@ -296,19 +298,37 @@ def test_a_column_sum_of_256_columns_takes_its_producer():
     assert_close(bias, (g * (1 - t * t)).sum(0), rtol=1e-4, atol=1e-3)
 
 
-@pytest.mark.xfail(strict=True, reason="two chunks as long as a row fit the producer 'xr' first")
-def test_a_column_sum_in_two_chunks_as_long_as_a_row_takes_its_producer():
-    """[512, 256] splits into 2 chunks of 256 rows, B = S * C, and there is no half to take
-    ([Note: a chunk as long as a row]): the gradient's loop fits the partials' space as "xr"
-    (b over the two x dims, c over r), which ``_place`` tries before "rx"; ``can_fuse``
-    refuses the fusion that placement implies, and the two stay two kernels (safe, slower)."""
+def test_a_reader_of_a_chunk_as_long_as_a_row_joins_too():
+    """The joining loop itself fits two ways: ``g * b`` beside ``g``'s split column sum over
+    [512, 256] fits "xr" first and reads ``g`` where "rx" wrote it; it takes "rx" and joins
+    ([Note: a loop that fits two ways], [Note: a column sum's producer])."""
     torch.manual_seed(0)
-    g, a = torch.randn(512, 256), torch.randn(512, 256)
-    assert sr.choose_splits(256, 512, outer=True) * 256 == 512
-    compiled, (grad, bias) = compile_and_run(bias_gradient_step(g.dtype), [g, a], "triton")
-    t = torch.tanh(a)
-    assert_close(bias, (g * (1 - t * t)).sum(0), rtol=1e-4, atol=1e-3)
+    g, a, b = (torch.randn(512, 256) for _ in range(3))
+    compiled, (grad, bias, other) = compile_and_run(gradient_sum_and("consumer"), [g, a, b],
+                                                    "triton")
     assert compiled.kernel_count == 1, compiled.artifacts["fusion"]
+    t = torch.tanh(a)
+    want = g * (1 - t * t)
+    assert_close(grad, want)
+    assert_close(bias, want.sum(0), rtol=1e-4, atol=1e-3)
+    assert_close(other, want * b)
+
+
+def test_a_row_sum_of_the_same_sizes_stays_right():
+    """A [A * B, R] view reduced over R has the sizes of the cases above, and there "xr" is
+    the right placement: the loop that makes it and its row sum stay one kernel, and
+    right."""
+    torch.manual_seed(0)
+    x = torch.randn(512, 256)
+
+    def fn(p, a):
+        e = p.exp(a)
+        return e, p.sum(p.reshape(e, [2, 256, 256]), [2])
+
+    compiled, (e, total) = compile_and_run(fn, [x], "triton")
+    assert compiled.kernel_count == 1, compiled.artifacts["fusion"]
+    assert_close(e, torch.exp(x))
+    assert_close(total, torch.exp(x).reshape(2, 256, 256).sum(2), rtol=1e-5, atol=1e-4)
 
 
 @pytest.mark.parametrize("target", TARGETS)
