@@ -102,6 +102,7 @@ from inductor.codegen.triton_math import (
     far_path_in_slices,
     math_helper_sources,
 )
+from inductor.codegen.triton_rounding import RoundedErfc
 from inductor.scheduler import FusedGroup
 from inductor.virtualized import INDIRECT_PREFIX
 
@@ -224,7 +225,7 @@ def _literal(value: Any) -> str:
     return repr(value)
 
 
-class TritonKernel(Kernel):
+class TritonKernel(RoundedErfc, Kernel):
     """Prints a fused group as a Triton pointwise kernel."""
 
     OPS = TRITON_OPS
@@ -369,65 +370,6 @@ class TritonKernel(Kernel):
         self.unrounded.add(var.name)
         return var
 
-    # --8<-- [start:erfc-rounded]
-    # [Note: an erfc rounded before it is read]
-    # Our erfc is accurate to 8e-5 relative, a fiftieth of a bfloat16 step: enough for a
-    # value that is rounded to 16 bits before anything reads it, and such kernels run it
-    # because libdevice's erfcf is about 40 instructions an element, which a 16-bit kernel
-    # cannot hide behind its memory traffic. "Every output is 16 bits" was the first test
-    # for that. A split column sum breaks it: the gradient of a bfloat16 GELU is rounded to
-    # bfloat16 and stored, but the kernel also stores the chunk's float32 partial sums, of
-    # the rounded values. So the printer follows the value instead: every temporary made
-    # from an ``erfc_rounded`` is unrounded until a cast to bfloat16 or float16 rounds it;
-    # if an unrounded value is stored to a wider buffer, reduced, or turned into an integer
-    # or a bool (a comparison), the kernel needs the exact erfc, and ``erfc_rounded`` is
-    # libdevice's; otherwise it is ours. In mlp_train's bfloat16 step on an H200 the four
-    # kernels this reaches (the GELU gradients with their bias sums, the layer norm's
-    # statistics and the loss, which recompute a GELU) went from 250 to 150 us.
-    @property
-    def unrounded(self) -> set[str]:
-        """Temporaries holding an ``erfc_rounded`` value not yet rounded to 16 bits."""
-        return self.__dict__.setdefault("_unrounded", set())
-
-    def reads_unrounded(self, value: CSEVariable) -> None:
-        """``value`` reaches something that is not a rounding (a wide store, a reduction):
-        if it holds an unrounded erfc, the kernel's erfc must be the exact one."""
-        if value.name in self.unrounded:
-            self.erfc_exact = True
-
-    def new_var(self, expr: str, dtype: torch.dtype) -> CSEVariable:
-        var = super().new_var(expr, dtype)
-        if self.unrounded and not self.unrounded.isdisjoint(_NAME.findall(expr)):
-            if dtype.is_floating_point:
-                self.unrounded.add(var.name)
-            else:
-                self.erfc_exact = True
-        return var
-
-    def to_dtype(self, x: CSEVariable, dtype: torch.dtype) -> CSEVariable:
-        var = super().to_dtype(x, dtype)
-        if dtype in LOW_PRECISION and var.name != x.name:  # rounded: what reads it is safe
-            self.unrounded.discard(var.name)
-        return var
-
-    def store(self, name: str, index: Any, value: CSEVariable, mode: str | None = None) -> None:
-        if self.buffers[name].get_dtype() not in LOW_PRECISION:
-            self.reads_unrounded(value)
-        super().store(name, index, value, mode)
-
-    def reduction(self, dtype: torch.dtype, reduction_type: str, value: CSEVariable,
-                  first: Any = None) -> CSEVariable:
-        self.reads_unrounded(value)
-        return super().reduction(dtype, reduction_type, value, first)
-
-    def erfc_rounded_source(self) -> str:
-        if getattr(self, "erfc_exact", False):
-            call = "torch_op('erfc', x)" if interpreting() else "libdevice.erfc(x)"
-        else:
-            self.helpers.update(math_helper_sources("erfc", interpreting()))
-            call = "erfc_narrow(x)"
-        return ERFC_ROUNDED.format(call=call)
-    # --8<-- [end:erfc-rounded]
 
     def _math_helper(self, op: str, helper: str, call: str, x: CSEVariable) -> CSEVariable:
         if x.dtype == torch.float64:  # the helpers are float32: double stays libdevice's
@@ -487,15 +429,6 @@ class TritonKernel(Kernel):
         return list(reversed(lines))
 
 
-ERFC_ROUNDED = '''
-
-@triton.jit
-def erfc_rounded(x):
-    """erfc of a value the kernel rounds to 16 bits before it is read: [Note: an erfc
-    rounded before it is read]."""
-    return {call}
-'''
-_NAME = re.compile(r"[A-Za-z_][A-Za-z_0-9]*")  # the names an expression mentions
 
 RANDOM_BITS = {torch.float32: 24, torch.bfloat16: 8, torch.float16: 11}  # mantissa + 1
 

@@ -57,7 +57,7 @@ import re
 #   float32's smallest normal number and ``p`` keeps rising (to inf at inf), so no clamp.
 #   One polynomial and one ``exp2``, to 8e-5 relative: a fiftieth of a bfloat16 step,
 #   where the store rounds. Elsewhere ``erfc_rounded`` decides, by what reads the value:
-#   [Note: an erfc rounded before it is read] in triton.py.
+#   [Note: an erfc rounded before it is read] in triton_rounding.py.
 # Under the interpreter (no libdevice, no fused multiply-add) ``rint`` is ``floor(x + 0.5)``,
 # ``fma`` computes in float64, the block's max is NumPy's and the far branch is ``tl.sin``;
 # the polynomials are the same, so CI runs them.
