@@ -370,7 +370,6 @@ class TritonKernel(RoundedErfc, Kernel):
         self.unrounded.add(var.name)
         return var
 
-
     def _math_helper(self, op: str, helper: str, call: str, x: CSEVariable) -> CSEVariable:
         if x.dtype == torch.float64:  # the helpers are float32: double stays libdevice's
             return self.new_var(f"tl.{op}({x})", x.dtype)
@@ -427,7 +426,6 @@ class TritonKernel(RoundedErfc, Kernel):
             lines.append(f"{symbols[k]} = {expr}")
             inner = inner * sizes[k]
         return list(reversed(lines))
-
 
 
 RANDOM_BITS = {torch.float32: 24, torch.bfloat16: 8, torch.float16: 11}  # mantissa + 1
