@@ -480,6 +480,7 @@ def align_placements(group: FusedGroup, node: SchedulerNode) -> None:
 
 def lines_up(members: Sequence[SchedulerNode], space: Space) -> bool:
     """Whether each member reads what earlier members write at the element they write."""
+    # BEGIN EXERCISE inductor-lines-up: do a kernel's reads land where its writes did?
     if any(m.place(space) is None for m in members):
         return False
     written: dict[str, sympy.Expr] = {}
@@ -489,6 +490,7 @@ def lines_up(members: Sequence[SchedulerNode], space: Space) -> bool:
                 return False
         written.update(member.accesses(space).writes)
     return True
+    # END EXERCISE inductor-lines-up
 # --8<-- [end:fits-two-ways]
 
 
