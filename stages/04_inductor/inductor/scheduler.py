@@ -458,15 +458,16 @@ class ExternNode:
 # element the same iteration wrote; when it does not and some member's other placement
 # makes it so, that member takes the other one. The first fix for the 256-column case
 # split such sums in half as many chunks; with this one both the split and the fusion are
-# the usual ones (``test_a_column_sum_in_two_chunks_as_long_as_a_row_takes_its_producer``).
+# the usual ones (``test_a_column_sum_in_chunks_as_long_as_a_row_takes_its_producer``).
 def align_placements(group: FusedGroup, node: SchedulerNode) -> None:
-    """Before ``can_fuse``: give a member of ``group`` or ``node`` another of its placements
-    in the joined space if that, and only that, lines their reads up with their writes
-    ([Note: a loop that fits two ways])."""
+    """Before ``can_fuse``: when the reads of ``group`` and ``node`` do not land where their
+    writes did in the joined space, give one of them (``node`` first) another of its
+    placements there that makes them ([Note: a loop that fits two ways])."""
     space = space_with(group.nodes, node)
     members = [*group.nodes, node]
     shifting = [m for m in reversed(members) if len(m.candidates(space)) > 1]
-    if not shifting or lines_up(members, space):
+    if not shifting or any(m.place(space) is None for m in members) or \
+            lines_up(members, space):
         return
     for member in shifting:  # the joining node first
         current = member.place(space)
