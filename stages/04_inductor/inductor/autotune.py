@@ -46,6 +46,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -141,6 +142,21 @@ def benchmark(launch: Callable[[], Any], config: Config) -> float:
     import triton.testing
 
     return float(triton.testing.do_bench(launch, return_mode="median"))
+
+
+def host_ms(launch: Callable[[], Any], calls: int = 20, repeat: int = 3) -> float:
+    """Milliseconds of host time per ``launch()``: ``calls`` launches back to back, the GPU
+    left to run behind them, the fastest of ``repeat`` tries ([Note: a launch's cost on the
+    host] in mm_template.py). Tests replace this function too."""
+    best = float("inf")
+    for _ in range(repeat):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        for _ in range(calls):
+            launch()
+        best = min(best, (time.perf_counter() - start) * 1e3 / calls)
+        torch.cuda.synchronize()
+    return best
 
 
 def device_name() -> str:

@@ -9,6 +9,8 @@ Without a GPU the templates run in Triton's interpreter, forced on by
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 from inductor import autotune, mm_template
@@ -166,6 +168,7 @@ def test_the_faster_of_library_and_template_wins_and_is_cached(templates, monkey
     clock = Clock(library_ms)
     monkeypatch.setattr(autotune, "can_time", lambda: True)
     monkeypatch.setattr(autotune, "benchmark", clock)
+    monkeypatch.setattr(autotune, "host_ms", lambda launch: (launch(), 0.0)[1])
     a, b = torch.randn(40, 48, device=DEV), torch.randn(48, 36, device=DEV)
     fn = lambda p, q: torch.relu(p @ q)  # noqa: E731
     c = compiled(fn)
@@ -188,6 +191,29 @@ def test_the_faster_of_library_and_template_wins_and_is_cached(templates, monkey
     c = compiled(fn)
     torch.testing.assert_close(c(a, b), fn(a, b), **TOL[torch.float32])
     assert ("triton_tem_mm" in wrappers(c)) == template
+
+
+@pytest.mark.parametrize("template_slower_ms, wins", [(0.05, True), (0.5, False)])
+def test_a_tie_on_the_gpu_goes_to_the_cheaper_launch(templates, monkeypatch,
+                                                     template_slower_ms, wins):
+    """[Note: a launch's cost on the host]: a template a little slower on the GPU than the
+    library, but 0.09 ms cheaper to launch, wins; one slower by more than that loses. The
+    costs are in the fusion log, and the host times in the cached choice."""
+    monkeypatch.delenv("MINIPT2_MM_TEMPLATE")
+    monkeypatch.setattr(autotune, "can_time", lambda: True)
+    monkeypatch.setattr(autotune, "benchmark", lambda launch, config: (launch(), (
+        1.0 if "library" in config else 1.0 + template_slower_ms))[1])
+    hosts = iter([0.1, 0.01])  # the library's launch is timed first, then the template's
+    monkeypatch.setattr(autotune, "host_ms", lambda launch: (launch(), next(hosts))[1])
+    a, b = torch.randn(40, 48, device=DEV), torch.randn(48, 36, device=DEV)
+    fn = lambda p, q: torch.relu(p @ q)  # noqa: E731
+    c = compiled(fn)
+    torch.testing.assert_close(c(a, b), fn(a, b), **TOL[torch.float32])
+    assert ("triton_tem_mm" in wrappers(c)) == wins
+    assert "library 1.0000 + 0.1000 ms on the host" in c.graphs[0].artifacts["fusion"]
+    (path,) = templates.glob("**/autotune/mm-*.json")
+    entry = json.loads(path.read_text())
+    assert (entry["library_host_ms"], entry["template_host_ms"]) == (0.1, 0.01)
 
 
 def test_a_failed_timing_keeps_the_library_and_is_not_cached(templates, monkeypatch):
