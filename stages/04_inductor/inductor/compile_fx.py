@@ -31,7 +31,7 @@ import sympy
 import torch
 import torch.fx
 
-from inductor import sizevars
+from inductor import mm_template, sizevars
 from inductor.autotune import Autotuner, can_time, default_reduction_configs
 from inductor.codecache import CppCodeCache, TritonCodeCache, exec_python_source
 from inductor.codegen.cpp import generate_cpp_kernel
@@ -228,8 +228,9 @@ def compile_fx_inner(prims_gm: torch.fx.GraphModule, example_inputs: list[Any], 
     if target == "cpp" and devices - {"cpu"}:
         raise CompileError(f"target 'cpp' runs on CPU tensors, got inputs on {sorted(devices)}")
     clock = Stopwatch()
-    graph, scheduler, kernels = lower_and_print(prims_gm, example_inputs, target, clock,
-                                                artifacts, templates=autotune)
+    graph, scheduler, kernels = lower_and_print(
+        prims_gm, example_inputs, target, clock, artifacts, templates=autotune,
+        host_counts=mm_template.launched_from_host(mode, example_inputs))
     try:
         namespace = load_kernels(list(kernels.values()), target)
         clock.lap("building kernels (Triton JIT happens at the first launch)" if
@@ -265,11 +266,12 @@ def compile_fx_inner(prims_gm: torch.fx.GraphModule, example_inputs: list[Any], 
 
 def lower_and_print(prims_gm: torch.fx.GraphModule, example_inputs: list[Any], target: str,
                     clock: Stopwatch, artifacts: MutableMapping[str, str],
-                    templates: bool = False
-                    ) -> tuple:
+                    templates: bool = False, host_counts: bool = True) -> tuple:
     """Lowering, fusion and kernel printing: (graph, scheduler, kernels by name), each
     stage's text filed in ``artifacts`` and its time on ``clock``. ``templates``: matrix
-    multiplies may become Triton templates ([Note: template or library])."""
+    multiplies may become Triton templates ([Note: template or library]); ``host_counts``:
+    their launches' host time counts in that choice (not under CUDA graphs, [Note: a
+    launch's cost on the host])."""
     graph = GraphLowering(prims_gm, example_inputs)
     graph.run(*example_inputs)
     clock.lap("lowering (prims -> loop IR)")
@@ -279,7 +281,8 @@ def lower_and_print(prims_gm: torch.fx.GraphModule, example_inputs: list[Any], t
     if templates:
         clock.lap("scheduling (fusion)")
         scheduler.groups = use_templates(scheduler.groups, graph.buffer_by_name,
-                                         scheduler.removed, outputs, scheduler.log)
+                                         scheduler.removed, outputs, scheduler.log,
+                                         host_counts)
     scheduler.groups = fold_bias_adds(scheduler.groups, outputs, scheduler.log,
                                       graph.buffer_by_name, scheduler.removed)  # [Note: linear]
     clock.lap("choosing template or library for each matrix multiply" if templates
