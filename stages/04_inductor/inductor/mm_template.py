@@ -45,9 +45,9 @@ alone the library won all eight. So both choices are also timed on the host
 each costs its GPU time plus its host time, as if the two did not overlap: where the GPU
 is the bottleneck the host's share is hidden and a near tie on the GPU goes to the cheaper
 launch; a template clearly slower on the GPU (GPT-2's MLP product, 0.127 ms against
-0.095) still loses. Under ``mode="max-autotune"`` the graph is replayed as a CUDA graph, which launches
-nothing from the host, so there the GPU times alone decide. The host times are kept in the
-cached choice beside the GPU's, and each mode reads what it counts.
+0.095) still loses. Under ``mode="max-autotune"`` the graph is replayed as a CUDA graph,
+which launches nothing from the host, so there the GPU times alone decide. The host times
+are kept in the cached choice beside the GPU's, and each mode reads what it counts.
 # --8<-- [end:host-note]
 """
 
