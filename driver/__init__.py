@@ -8,7 +8,14 @@ Chapter: book/docs/driver.md. The CLI is ``python -m driver`` (see ``driver/cli.
 """
 
 from driver import api
-from driver.api import CompiledFunction, OptimizedModule, compile, mark_dynamic, reset
+from driver.api import (
+    CompiledFunction,
+    OptimizedModule,
+    compile,
+    mark_dynamic,
+    reset,
+    wait_for_templates,
+)
 from driver.backends import backend, list_backends, register_backend
 from driver.logs import configure_from_environment, set_logs
 
@@ -35,4 +42,5 @@ __all__ = [
     "register_backend",
     "reset",
     "set_logs",
+    "wait_for_templates",
 ]

@@ -188,3 +188,12 @@ def reset() -> None:
     import dynamo
 
     dynamo.reset()
+
+
+def wait_for_templates() -> None:
+    """Return when every matrix-multiply template that compiles behind a library call is in
+    use (inductor's [Note: a template untimed, compiled behind the library]); a benchmark
+    calls it before timing steady-state steps."""
+    from inductor import later
+
+    later.wait()

@@ -45,6 +45,7 @@ from inductor.exc import CompileError
 from inductor.graph import GraphLowering, align_library_args
 from inductor.inplace import inplace_writes
 from inductor.ir import Buffer, ComputedBuffer
+from inductor.later import build_later
 from inductor.launcher import Launcher, LaunchSite, precompile
 from inductor.linear import fold_bias_adds
 from inductor.mm_template import TemplateGroup, use_templates
@@ -207,9 +208,12 @@ def tuned_kernels(kernels: Any, target: str, autotune: bool) -> frozenset[str]:
 
 @sizevars.for_graph  # symbolic sizes: [Note: sizes as kernel arguments]
 def compile_fx_inner(prims_gm: torch.fx.GraphModule, example_inputs: list[Any], *,
-                     target: str | None = None, mode: str = "default") -> CompiledGraph:
+                     target: str | None = None, mode: str = "default",
+                     later: bool = True) -> CompiledGraph:
     """Compile a prims graph for ``target`` ("triton", "cpp", "fallback"; default: by device).
-    ``mode="max-autotune"`` launches Triton kernels through ``autotune.Autotuner``."""
+    ``mode="max-autotune"`` launches Triton kernels through ``autotune.Autotuner``. ``later``:
+    the default mode may build templates behind the library ([Note: a template untimed,
+    compiled behind the library])."""
     target = check_target(target or default_target(example_inputs, prims_gm))
     if target != "fallback" and tensor_constants(prims_gm):  # [Note: tensor constants]
         return compile_with_constants(prims_gm, example_inputs, target, mode)
@@ -228,30 +232,35 @@ def compile_fx_inner(prims_gm: torch.fx.GraphModule, example_inputs: list[Any], 
     if target == "cpp" and devices - {"cpu"}:
         raise CompileError(f"target 'cpp' runs on CPU tensors, got inputs on {sorted(devices)}")
     clock = Stopwatch()
-    graph, scheduler, kernels = lower_and_print(
-        prims_gm, example_inputs, target, clock, artifacts, templates=autotune,
-        host_counts=mm_template.launched_from_host(mode, example_inputs))
+    host_counts = mm_template.launched_from_host(mode, example_inputs)
+    texts = Artifacts() if target == "triton" and not autotune and later else artifacts
+    lowered = lower_and_print(prims_gm, example_inputs, target, clock, texts,
+                              templates=target == "triton" and (autotune or later),
+                              timed=autotune, host_counts=host_counts)
+    graph, scheduler, kernels = lowered
+    templates = None  # [Note: a template untimed, compiled behind the library]
+    if texts is not artifacts:
+        if any(isinstance(g, TemplateGroup) for g in scheduler.groups):
+            templates = _prepare_templates(prims_gm, lowered, target, clock)
+            library = Artifacts()
+            graph, scheduler, kernels = lower_and_print(prims_gm, example_inputs, target,
+                                                        clock, library)
+            texts = texts if templates is not None else library
+        for key in texts:
+            artifacts.share(key, texts, key)
     try:
-        namespace = load_kernels(list(kernels.values()), target)
-        clock.lap("building kernels (Triton JIT happens at the first launch)" if
-                  target == "triton" else "building kernels (g++, or the code cache)")
-        tuned = tuned_kernels(kernels.values(), target, autotune)
-        inplace = inplace_writes(prims_gm.meta.get("input_mutations", ()), graph,
-                                 scheduler.groups, scheduler.removed, target)
-        wrapper = WrapperCodeGen(graph, scheduler.groups, scheduler.removed, kernels, target,
-                                 tuned, inplace)
-        source = artifacts["wrapper"] = wrapper.generate()
+        namespace, wrapper, tuned = prepare_wrapper(prims_gm, graph, scheduler, kernels,
+                                                    target, autotune, clock)
+        source = wrapper.generate()
     except CompileError as e:  # [Note: compile errors fall back]; also a size the wrapper
         warnings.warn(f"inductor: {e}\nRunning this graph op by op (target 'fallback').",
                       stacklevel=2)  # cannot compute from its inputs
         return compile_fx_inner(prims_gm, example_inputs, target="fallback")
-    namespace, autotuners = bind_launchers(namespace, kernels, graph, tuned, target, clock)
-    namespace.update(wrapper.constants)
-    scope = exec_python_source(source, "wrapper", "call", namespace)
-    call = scope["call"]
-    for name, value in scope.items():  # [Note: a launch site as one function]
-        if isinstance(value, LaunchSite):
-            value.home = (scope, name)
+    artifacts["library_wrapper" if templates else "wrapper"] = source
+    if templates:
+        artifacts["wrapper"] = templates[0]
+    call, autotuners = finish_wrapper(source, namespace, wrapper, kernels, graph, tuned,
+                                      target, clock)
     if wants_cudagraphs(mode, example_inputs):  # [Note: static addresses]
         call = CudaGraphRunner(call, name=f"graph of {len(kernels)} kernels")
     clock.lap("wrapper")
@@ -261,15 +270,64 @@ def compile_fx_inner(prims_gm: torch.fx.GraphModule, example_inputs: list[Any], 
     result.prims_graph_module = prims_gm
     result.kernel_groups = kernel_groups(graph, scheduler, kernels)
     result.output_strides = output_strides(graph.graph_outputs)
+    if templates:
+        result.kernel_count = len(templates[3])
+        build_later(result, lambda: finish_wrapper(*templates)[0], example_inputs)
     return result
+
+
+def _prepare_templates(prims_gm: torch.fx.GraphModule, lowered: tuple, target: str,
+                       clock: Stopwatch) -> tuple | None:
+    """``finish_wrapper``'s arguments for the version with templates (its source first), all
+    but the compiling done; None where its wrapper cannot be printed. See [Note: a template
+    untimed, compiled behind the library]."""
+    graph, scheduler, kernels = lowered
+    try:
+        namespace, wrapper, tuned = prepare_wrapper(prims_gm, graph, scheduler, kernels,
+                                                    target, False, clock)
+        source = wrapper.generate()
+    except CompileError:
+        return None  # the library's version then serves alone
+    return source, namespace, wrapper, kernels, graph, tuned, target, Stopwatch()
+
+
+def prepare_wrapper(prims_gm: torch.fx.GraphModule, graph: GraphLowering, scheduler: Any,
+                    kernels: dict, target: str, autotune: bool, clock: Stopwatch) -> tuple:
+    """(the kernels' namespace, the wrapper's printer, the tuned kernels' names)."""
+    namespace = load_kernels(list(kernels.values()), target)
+    clock.lap("building kernels (Triton JIT happens at the first launch)" if
+              target == "triton" else "building kernels (g++, or the code cache)")
+    tuned = tuned_kernels(kernels.values(), target, autotune)
+    inplace = inplace_writes(prims_gm.meta.get("input_mutations", ()), graph,
+                             scheduler.groups, scheduler.removed, target)
+    wrapper = WrapperCodeGen(graph, scheduler.groups, scheduler.removed, kernels, target,
+                             tuned, inplace)
+    return namespace, wrapper, tuned
+
+
+def finish_wrapper(source: str, namespace: dict[str, Any], wrapper: WrapperCodeGen,
+                   kernels: dict, graph: GraphLowering, tuned: frozenset, target: str,
+                   clock: Stopwatch) -> tuple[Callable[..., tuple], dict]:
+    """(the wrapper's ``call``, the autotuners): kernels precompiled and bound, the source
+    executed."""
+    namespace, autotuners = bind_launchers(namespace, kernels, graph, tuned, target, clock)
+    namespace.update(wrapper.constants)
+    scope = exec_python_source(source, "wrapper", "call", namespace)
+    for name, value in scope.items():  # [Note: a launch site as one function]
+        if isinstance(value, LaunchSite):
+            value.home = (scope, name)
+    return scope["call"], autotuners
 
 
 def lower_and_print(prims_gm: torch.fx.GraphModule, example_inputs: list[Any], target: str,
                     clock: Stopwatch, artifacts: MutableMapping[str, str],
-                    templates: bool = False, host_counts: bool = True) -> tuple:
+                    templates: bool = False, timed: bool = False, host_counts: bool = True
+                    ) -> tuple:
     """Lowering, fusion and kernel printing: (graph, scheduler, kernels by name), each
     stage's text filed in ``artifacts`` and its time on ``clock``. ``templates``: matrix
-    multiplies may become Triton templates ([Note: template or library]); ``host_counts``:
+    multiplies may become Triton templates, timed against the library when ``timed``
+    ([Note: template or library]), else by [Note: a template untimed, compiled behind the
+    library]; ``host_counts``:
     their launches' host time counts in that choice (not under CUDA graphs, [Note: a
     launch's cost on the host])."""
     graph = GraphLowering(prims_gm, example_inputs)
@@ -279,13 +337,14 @@ def lower_and_print(prims_gm: torch.fx.GraphModule, example_inputs: list[Any], t
     outputs = {o.name for o in graph.graph_outputs if isinstance(o, Buffer)}
     scheduler = Scheduler(graph.operations, outputs, graph.origins)
     if templates:
-        clock.lap("scheduling (fusion)")
+        if timed:
+            clock.lap("scheduling (fusion)")
         scheduler.groups = use_templates(scheduler.groups, graph.buffer_by_name,
                                          scheduler.removed, outputs, scheduler.log,
-                                         host_counts)
+                                         host_counts, timed)
     scheduler.groups = fold_bias_adds(scheduler.groups, outputs, scheduler.log,
                                       graph.buffer_by_name, scheduler.removed)  # [Note: linear]
-    clock.lap("choosing template or library for each matrix multiply" if templates
+    clock.lap("choosing template or library for each matrix multiply" if templates and timed
               else "scheduling (fusion)")
     kernels = generate_kernels(scheduler, graph, target)
     if target == "triton" and os.environ.get("MINIPT2_LAST_PROGRAM", "1") != "0":
@@ -353,7 +412,8 @@ def compile_with_constants(prims_gm: torch.fx.GraphModule, example_inputs: list[
                 f"of the graph's inputs ({node.target}: {tuple(value.shape)} {value.dtype}, "
                 f"read by {', '.join(str(u.target) for u in node.users) or 'nothing'})")
     values = lift_tensor_constants(prims_gm)
-    inner = compile_fx_inner(prims_gm, [*example_inputs, *values], target=target, mode=mode)
+    inner = compile_fx_inner(prims_gm, [*example_inputs, *values], target=target, mode=mode,
+                             later=False)  # (its call is wrapped below, once)
     call = inner.call
     placeholders = [n for n in prims_gm.graph.nodes if n.op == "placeholder"]
     inner.call = fresh_constants(lambda *args: call(*args, *values), prims_gm,

@@ -1,4 +1,5 @@
-"""Which matrix multiplies become Triton templates under ``mode="max-autotune"``.
+"""Which matrix multiplies become Triton templates: timed under ``mode="max-autotune"``,
+by a rule in the default mode ([Note: a template untimed, compiled behind the library]).
 
 Input: the scheduler's groups (``ExternNode`` library calls and ``FusedGroup`` kernels).
 Output: the same groups, where an ``mm`` that a template runs faster than the library has
@@ -28,7 +29,8 @@ major order (``[M, N]``, or ``[B, T, N]`` over a ``[B*T, N]`` product), every re
 product at the element the loop is at, and over static sizes. The product is then not
 stored at all unless something else reads it. Without a GPU nothing can be timed: the
 library call stays, unless ``MINIPT2_MM_TEMPLATE=1`` asks for the template with its first
-candidate config (how the tests run it under the interpreter); ``=0`` turns templates off.
+candidate config (how the tests run it under the interpreter); ``=0`` turns templates off,
+in every mode.
 # --8<-- [end:note]
 
 # --8<-- [start:host-note]
@@ -121,6 +123,28 @@ def candidates(m: int, n: int, k: int, dtype: torch.dtype) -> list[dict[str, int
     return configs
 
 
+CHEAP_MIN_DIM = 2048  # [Note: a template untimed, compiled behind the library]
+CHEAP_MAX_FLOPS = 2**36
+CHEAP_MIN_LAST_WAVE = 0.75
+
+
+def launched_cheaply(m: int, n: int, k: int, dtype: torch.dtype, device: torch.device) -> bool:
+    """Whether an ``mm`` of these sizes takes the template untimed, outside max-autotune
+    ([Note: a template untimed, compiled behind the library])."""
+    if dtype not in (torch.bfloat16, torch.float16) or not autotune.can_time():
+        return False
+    if min(m, n, k) < CHEAP_MIN_DIM or 2 * m * n * k > CHEAP_MAX_FLOPS:
+        return False
+    config = candidates(m, n, k, dtype)[0]
+    tiles = -(-m // config["YBLOCK"]) * -(-n // config["XBLOCK"])
+    sms = multiprocessors(device)
+    return tiles / (-(-tiles // sms) * sms) >= CHEAP_MIN_LAST_WAVE
+
+
+def multiprocessors(device: torch.device) -> int:
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
 def _pow2(n: int) -> int:
     return max(MIN_DIM, 1 << (n - 1).bit_length())
 
@@ -192,11 +216,11 @@ def _loop_symbols(ranges: Sequence[Any]) -> set:
 
 # --8<-- [start:use-templates]
 def use_templates(groups: list, buffers: dict[str, Any], removed: set[str],
-                  output_names: set[str], log_lines: list[str], host_counts: bool = True
-                  ) -> list:
+                  output_names: set[str], log_lines: list[str], host_counts: bool = True,
+                  timed: bool = True) -> list:
     """``groups`` with each ``mm`` that a template should run replaced by a
     ``TemplateGroup``, the next group folded in when it fits; ``removed`` gains the
-    products nothing else reads. ``host_counts``: see ``choose``."""
+    products nothing else reads. ``host_counts``, ``timed``: see ``choose``."""
     readers = reader_counts(groups)
     out: list = []
     i = 0
@@ -217,9 +241,11 @@ def use_templates(groups: list, buffers: dict[str, Any], removed: set[str],
             fused_removed.add(product.name)  # only the epilogue reads it: never stored
         template = TemplateGroup(list(after.nodes) if after else [], mm=group.kernel,
                                  configs=candidates(*sizes, product.get_dtype()))
-        configs, why = choose(template, after, buffers, fused_removed, removed, host_counts)
+        configs, why = choose(template, after, buffers, fused_removed, removed, host_counts,
+                              timed)
         if not configs:
-            log_lines.append(f"{product.name} = mm: library call ({why})")
+            if why:
+                log_lines.append(f"{product.name} = mm: library call ({why})")
             out.append(group)
             i += 1
             continue
@@ -234,17 +260,24 @@ def use_templates(groups: list, buffers: dict[str, Any], removed: set[str],
 
 
 def choose(template: TemplateGroup, epilogue: FusedGroup | None, buffers: dict[str, Any],
-           fused_removed: set[str], removed: set[str], host_counts: bool = True
-           ) -> tuple[list[dict[str, int]], str]:
+           fused_removed: set[str], removed: set[str], host_counts: bool = True,
+           timed: bool = True) -> tuple[list[dict[str, int]], str]:
     """(the template's configs, best first, or [] for the library call; why). Timed:
     the template with ``epilogue`` fused against the library call and then ``epilogue``'s
     own kernel; see [Note: template or library]. ``host_counts``: the launches' host times
     are added to the GPU's (not where CUDA graphs replay the launches, [Note: a launch's
-    cost on the host])."""
+    cost on the host]). Not ``timed`` (the default mode): ``launched_cheaply`` decides,
+    where the launches' host time counts."""
     configs = template.configs
     setting = os.environ.get("MINIPT2_MM_TEMPLATE", "")
     if setting == "0":
         return [], "MINIPT2_MM_TEMPLATE=0"
+    if not timed:  # (nothing said where the library stays: the default mode's usual case)
+        (product,) = template.mm.outputs
+        if host_counts and launched_cheaply(*operand_sizes(template.mm), product.get_dtype(),
+                                            template.device):
+            return configs[:1], "untimed: a 16-bit product launched cheaply, compiled later"
+        return [], ""
     if setting == "1":
         return configs, "MINIPT2_MM_TEMPLATE=1"
     if not autotune.can_time():

@@ -9,16 +9,18 @@ Without a GPU the templates run in Triton's interpreter, forced on by
 
 from __future__ import annotations
 
+import importlib
 import json
 
 import pytest
 import torch
-from inductor import autotune, mm_template
+from inductor import autotune, later, mm_template
 from inductor_testing import device_for
 
 import driver
 
 DEV = device_for("triton")
+compile_fx = importlib.import_module("inductor.compile_fx")  # (the package exports a function)
 TOL = {torch.float32: {"atol": 1e-4, "rtol": 1e-4}, torch.bfloat16: {"atol": 3e-2, "rtol": 3e-2},
        torch.float16: {"atol": 5e-3, "rtol": 5e-3}}
 
@@ -133,6 +135,109 @@ def test_templates_only_under_max_autotune(templates):
     c = compiled(lambda p, q: torch.relu(p @ q), mode="default")
     c(a, b)
     assert "triton_tem_mm" not in wrappers(c)
+
+
+def test_the_cheap_launch_rule_at_the_suites_sizes(monkeypatch):
+    """[Note: a template untimed, compiled behind the library] on an H200 (132
+    multiprocessors): graph_breaks' products and gradients take the template; the mlp's
+    4096-cubed product (too many flops), float32, GPT-2's products (a dim of 768) do not;
+    without a GPU nothing does."""
+    monkeypatch.setattr(autotune, "can_time", lambda: True)
+    monkeypatch.setattr(mm_template, "multiprocessors", lambda device: 132)
+
+    def cheap(m, n, k, dtype=torch.bfloat16):
+        return mm_template.launched_cheaply(m, n, k, dtype, torch.device("cuda"))
+    assert cheap(4096, 2048, 2048) and cheap(2048, 2048, 4096)
+    assert cheap(4096, 2048, 2048, torch.float16)
+    assert not cheap(4096, 4096, 4096)
+    assert not cheap(4096, 2048, 2048, torch.float32)
+    assert not cheap(8192, 2304, 768) and not cheap(8192, 768, 3072)
+    monkeypatch.setattr(autotune, "can_time", lambda: False)
+    assert not cheap(4096, 2048, 2048)
+
+
+@pytest.fixture
+def cheap_rule(monkeypatch, tmp_path):
+    """The default mode's rule as on a GPU of one multiprocessor, for products of 64 or more
+    along each dim; nothing may be timed."""
+    monkeypatch.setenv("MINIPT2_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("MINIPT2_MM_TEMPLATE", raising=False)
+    monkeypatch.setattr(autotune, "can_time", lambda: True)
+    monkeypatch.setattr(mm_template, "multiprocessors", lambda device: 1)
+    monkeypatch.setattr(mm_template, "CHEAP_MIN_DIM", 64)
+    monkeypatch.setattr(autotune, "benchmark", lambda launch, config: 1 / 0)
+    builds = []  # the template builds, held back until the test runs them
+    monkeypatch.setattr(compile_fx, "build_later", lambda *args: builds.append(args))
+    yield builds
+    later.wait()
+
+
+def linear_gelu_step(dtype):
+    """(the compiled model, its training step, the step of an eager twin): a Linear and
+    GELU, 64 wide, whose step returns the loss and the weight's and bias's gradients."""
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(64, 64).to(DEV, dtype)
+    twin = torch.nn.Linear(64, 64).to(DEV, dtype)
+    twin.load_state_dict(layer.state_dict())
+    x = torch.randn(64, 64, device=DEV, dtype=dtype)
+    c = compiled(lambda a: torch.nn.functional.gelu(layer(a)), mode="default")
+
+    def step(model, module):
+        module.zero_grad()
+        loss = model(x).float().square().mean()
+        loss.backward()
+        return loss, module.weight.grad, module.bias.grad
+    return c, lambda: step(c, layer), lambda: step(lambda a: torch.nn.functional.gelu(twin(a)),
+                                                   twin)
+
+
+def test_the_default_mode_runs_the_library_then_the_templates(cheap_rule):
+    """The first calls run the library version; once its build has run, the forward and
+    the backward run templates (the GELU in the forward's epilogue), and the loss and the
+    gradients stay eager's throughout."""
+    c, step, eager = linear_gelu_step(torch.bfloat16)
+    for got, want in zip(step(), eager()):
+        torch.testing.assert_close(got, want, **TOL[torch.bfloat16])
+    assert len(cheap_rule) == 2  # the forward's, the backward's
+    graphs = [args[0] for args in cheap_rule]  # their CompiledGraphs
+
+    def running_templates(graph):
+        return any(name.startswith("triton_tem_mm") for name in graph.call.__globals__)
+    assert not any(map(running_templates, graphs))
+    for args in cheap_rule:
+        later.build_later(*args)
+    later.wait()
+    assert all(map(running_templates, graphs))
+    texts = c.graphs[0].artifacts  # the final version's from the start
+    for key in ("wrapper", "backward/wrapper"):
+        assert "triton_tem_mm" in texts[key] and "linear(" not in texts[key]
+    assert any("tl.dot(" in s and "erf" in s for s in kernel_sources(c))
+    assert "linear(" in c.graphs[0].artifacts["library_wrapper"]
+    for got, want in zip(step(), eager()):
+        torch.testing.assert_close(got, want, **TOL[torch.bfloat16])
+
+
+def test_the_default_mode_keeps_the_library_for_float32_and_after_a_failed_build(
+        cheap_rule, monkeypatch):
+    c, step, eager = linear_gelu_step(torch.float32)
+    step()
+    assert not cheap_rule and "triton_tem_mm" not in wrappers(c)
+    driver.reset()
+
+    def broken(*args):
+        raise RuntimeError("Triton refused (a test)")
+
+    c, step, eager = linear_gelu_step(torch.bfloat16)
+    step()
+    monkeypatch.setattr(compile_fx, "finish_wrapper", broken)  # the templates' build fails
+    with pytest.warns(UserWarning, match="did not build .*Triton refused"):
+        for args in cheap_rule:
+            later.build_later(*args)
+        later.wait()
+    assert not any(name.startswith("triton_tem_mm") for args in cheap_rule
+                   for name in args[0].call.__globals__)
+    for got, want in zip(step(), eager()):
+        torch.testing.assert_close(got, want, **TOL[torch.bfloat16])
 
 
 def test_small_dims_and_the_switch_keep_the_library(templates, monkeypatch):
