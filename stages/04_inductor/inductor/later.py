@@ -16,8 +16,10 @@ Chapter: book/docs/performance.md ("A launch's cost on the host").
 # ``CHEAP_MIN_DIM`` (2048: 16 tiles along M and N, 32 steps along K), at most
 # ``CHEAP_MAX_FLOPS`` (2**36, about 90 us of tensor-core time, where the host's ~12 us is a
 # large share), and tiles whose last wave fills three quarters of the multiprocessors. On
-# the H200 such products ran 2-7 % slower than cuBLAS on the GPU alone; GPT-2's, with a
-# dim of 768, 13-33 % slower, so they stay the library's, as does a 4096-cubed one.
+# the H200 such products ran 2-7 % slower than cuBLAS on the GPU alone; most of GPT-2's,
+# with a dim of 768, 13-33 % slower, so they stay the library's (max-autotune, which
+# times, finds the one that is faster: the attention input with its bias add), as does a
+# 4096-cubed one.
 #
 # A template takes Triton's compiler seconds (7.5 s for one with a GELU epilogue on the
 # H200 host, against 1.2 s for graph_breaks' whole first call), and the first call should
