@@ -36,8 +36,9 @@ in every mode.
 # --8<-- [start:host-note]
 [Note: a launch's cost on the host]
 A library matrix multiply costs the host more than a kernel of ours: the call goes through
-ATen's dispatch and cuBLAS's choice of algorithm before its launch, about 12 us on the H200
-host, where our template is launched directly ([Note: direct launches]) in a few. Where the
+ATen's dispatch and cuBLAS's choice of algorithm before its launch, 11 to 33 us measured on
+the H200 host, where our template, launched directly ([Note: direct launches]), took 8 to
+13 (``host_ms`` below, one process). Where the
 GPU waits for the host, that difference is time: in graph_breaks' bfloat16 training step,
 host-bound around its ``.item()``, each of eager's ``F.linear`` calls took 60 us of host
 time inside the step, and with its eight products as templates (each 2 to 7 % slower than
