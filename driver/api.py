@@ -190,10 +190,10 @@ def reset() -> None:
     dynamo.reset()
 
 
-def wait_for_templates() -> None:
+def wait_for_templates() -> int:
     """Return when every matrix-multiply template that compiles behind a library call is in
-    use (inductor's [Note: a template untimed, compiled behind the library]); a benchmark
-    calls it before timing steady-state steps."""
+    use (inductor's [Note: a template untimed, compiled behind the library]); how many graphs
+    had templates to wait for. A benchmark calls it before timing steady-state steps."""
     from inductor import later
 
-    later.wait()
+    return later.wait()

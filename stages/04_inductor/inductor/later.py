@@ -66,7 +66,11 @@ def build_later(graph: Any, build: Callable[[], Callable[..., tuple]],
     thread.start()
 
 
-def wait() -> None:
-    """Return when every graph's templates are built (or have failed to)."""
+def wait() -> int:
+    """Return when every graph's templates are built (or have failed to); how many builds
+    there were to wait for."""
+    count = 0
     while _builds:
         _builds.pop(0).join()
+        count += 1
+    return count
