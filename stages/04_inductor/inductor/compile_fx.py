@@ -241,7 +241,7 @@ def compile_fx_inner(prims_gm: torch.fx.GraphModule, example_inputs: list[Any], 
     templates = None  # [Note: a template untimed, compiled behind the library]
     if texts is not artifacts:
         if any(isinstance(g, TemplateGroup) for g in scheduler.groups):
-            templates = _prepare_templates(prims_gm, lowered, target, clock)
+            templates = _prepare_templates(prims_gm, lowered, target)
             library = Artifacts()
             graph, scheduler, kernels = lower_and_print(prims_gm, example_inputs, target,
                                                         clock, library)
@@ -276,19 +276,20 @@ def compile_fx_inner(prims_gm: torch.fx.GraphModule, example_inputs: list[Any], 
     return result
 
 
-def _prepare_templates(prims_gm: torch.fx.GraphModule, lowered: tuple, target: str,
-                       clock: Stopwatch) -> tuple | None:
+def _prepare_templates(prims_gm: torch.fx.GraphModule, lowered: tuple, target: str
+                       ) -> tuple | None:
     """``finish_wrapper``'s arguments for the version with templates (its source first), all
     but the compiling done; None where its wrapper cannot be printed. See [Note: a template
     untimed, compiled behind the library]."""
     graph, scheduler, kernels = lowered
+    clock = Stopwatch()  # (the graph's own clock times the version that serves first)
     try:
         namespace, wrapper, tuned = prepare_wrapper(prims_gm, graph, scheduler, kernels,
                                                     target, False, clock)
         source = wrapper.generate()
     except CompileError:
         return None  # the library's version then serves alone
-    return source, namespace, wrapper, kernels, graph, tuned, target, Stopwatch()
+    return source, namespace, wrapper, kernels, graph, tuned, target, clock
 
 
 def prepare_wrapper(prims_gm: torch.fx.GraphModule, graph: GraphLowering, scheduler: Any,

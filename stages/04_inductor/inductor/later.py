@@ -2,9 +2,10 @@
 
 Input: a ``CompiledGraph`` already serving calls with library matrix multiplies, and a
 function that builds the same graph's call with Triton templates in their place.
-Output: the build runs on a thread; when it is done, the graph's ``call`` (and its texts)
-become the new version's. ``wait()`` returns when every such build has finished.
-Chapter: book/docs/performance.md ("A launch's cost on the host").
+Output: the build runs on a thread; when it is done, the graph's ``call`` becomes the new
+version's (its texts describe that version from the start). ``wait()`` returns when every
+such build has finished.
+Chapter: book/docs/performance.md ("A template untimed, compiled behind the library").
 
 # --8<-- [start:note]
 # [Note: a template untimed, compiled behind the library]
